@@ -1,0 +1,396 @@
+// Package cli is drainctl's command line: wait, count, install, version and
+// help. Main returns the process exit status.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/stickydrain/stickydrain/drainctl/drain"
+	"github.com/stickydrain/stickydrain/drainctl/params"
+	"github.com/stickydrain/stickydrain/drainctl/source"
+)
+
+// Version is set at build time (-ldflags -X).
+var Version = "dev"
+
+// Exit statuses. Each way a wait ends has its own.
+const (
+	ExitDrained     = 0 // the count reached --target (after --min-wait)
+	ExitError       = 1 // an internal failure (install could not write, the log could not be opened)
+	ExitUsage       = 2 // bad command line or credentials file
+	ExitMaxWait     = 3 // --max-wait passed; also the normal end of a timed drain (no --url)
+	ExitUnreachable = 4 // --unreachable-limit polls in a row failed (count: the one poll failed)
+	ExitReleased    = 5 // an operator set the stickydrain.io/release annotation
+	ExitInterrupted = 6 // SIGTERM or SIGINT
+)
+
+// Env is what Main needs from the process, for tests.
+type Env struct {
+	Stdout, Stderr io.Writer
+	// OpenMainStdout opens the container's main process stdout for logs.
+	OpenMainStdout func() (io.WriteCloser, error)
+	Executable     func() (string, error)
+}
+
+// DefaultEnv is the real process environment.
+func DefaultEnv() Env {
+	return Env{
+		Stdout: os.Stdout,
+		Stderr: os.Stderr,
+		OpenMainStdout: func() (io.WriteCloser, error) {
+			return os.OpenFile("/proc/1/fd/1", os.O_WRONLY|os.O_APPEND, 0)
+		},
+		Executable: os.Executable,
+	}
+}
+
+// Main runs drainctl with args (without the program name).
+func Main(ctx context.Context, args []string, env Env) int {
+	if len(args) == 0 {
+		fmt.Fprint(env.Stderr, usage)
+		return ExitUsage
+	}
+	switch args[0] {
+	case "wait":
+		return runWait(ctx, args[1:], env)
+	case "count":
+		return runCount(ctx, args[1:], env)
+	case "install":
+		return runInstall(args[1:], env)
+	case "version", "--version", "-version":
+		fmt.Fprintf(env.Stdout, "drainctl %s\n", Version)
+		return 0
+	case "help", "--help", "-help", "-h":
+		if len(args) > 1 {
+			return Main(ctx, []string{args[1], "--help"}, env)
+		}
+		fmt.Fprint(env.Stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(env.Stderr, "drainctl: unknown command %q; want wait, count, install, version or help\n", args[0])
+	return ExitUsage
+}
+
+const usage = `drainctl waits, in a pod's preStop hook, until the application's sessions have ended.
+
+Usage:
+  drainctl wait [flags] [-- COMMAND ARGS...]   poll the session count until drained
+  drainctl count [flags]                       print the session count once
+  drainctl install DIR                         copy this binary into DIR (init containers)
+  drainctl version
+  drainctl help [COMMAND]
+
+Examples:
+  drainctl wait --url http://localhost:8080/manager/text/list --context /app \
+      --basic-auth-file /etc/manager/credentials --max-wait 12h
+  drainctl wait --url http://localhost:8080/actuator/metrics/tomcat.sessions.active.current
+  drainctl wait --url http://localhost:8080/drain --format match --pattern DRAINING
+  drainctl wait --max-wait 15m          (no URL: a timed drain)
+
+Exit status of wait: 0 drained, 2 usage error, 3 max-wait reached, 4 app unreachable,
+5 released by an operator, 6 interrupted, 1 other failure.
+`
+
+func newFlagSet(name string, env Env, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(env.Stdout, "%s\nFlags:\n", synopsis)
+		fs.SetOutput(env.Stdout)
+		fs.PrintDefaults()
+		fs.SetOutput(env.Stderr)
+	}
+	return fs
+}
+
+// parse parses flags; ok is false with the exit status when it should stop.
+func parse(fs *flag.FlagSet, args []string, env Env) (status int, ok bool) {
+	// The flag package prints the whole usage on any error; print only
+	// the error, naming the flag, and the full usage on --help.
+	help := fs.Usage
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(env.Stderr)
+	fs.Usage = help
+	if errors.Is(err, flag.ErrHelp) {
+		fs.Usage()
+		return 0, false
+	}
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "drainctl %s: %v\n(run 'drainctl %s --help' for the flags)\n", fs.Name(), err, fs.Name())
+		return ExitUsage, false
+	}
+	return 0, true
+}
+
+const waitSynopsis = `drainctl wait [flags] [-- COMMAND ARGS...]
+
+Polls the session count at --url until it is at or below --target (but not
+before --min-wait), --max-wait passes, --unreachable-limit polls in a row
+fail, or an operator sets the stickydrain.io/release annotation (with
+--podinfo). Without --url it waits --max-wait. A COMMAND after -- runs first
+(an existing preStop hook kept by the webhook).
+
+Examples:
+  drainctl wait --url http://localhost:8080/sessions --max-wait 12h --podinfo /etc/podinfo/annotations
+  drainctl wait --url http://localhost:9090/metrics --format prometheus \
+      --metric 'tomcat_sessions_active_current_sessions{name="app"}'
+  drainctl wait --url http://localhost:8080/manager/text/sessions?path=/app --idle-below 30m \
+      --basic-auth-env TOMCAT_MANAGER_CREDENTIALS
+`
+
+func runWait(ctx context.Context, args []string, env Env) int {
+	w := params.NewWait()
+	fs := newFlagSet("wait", env, waitSynopsis)
+	w.Bind(fs)
+	if status, ok := parse(fs, args, env); !ok {
+		return status
+	}
+	before := fs.Args()
+	if len(before) > 0 && !hasDashDash(args) {
+		fmt.Fprintf(env.Stderr, "drainctl wait: unexpected argument %q; a command to run first goes after --\n", before[0])
+		return ExitUsage
+	}
+	if err := w.Validate(); err != nil {
+		fmt.Fprintf(env.Stderr, "drainctl wait: %v\n", err)
+		return ExitUsage
+	}
+	var counter drain.Counter
+	if w.URL != "" {
+		c, err := source.New(w.Source)
+		if err != nil {
+			fmt.Fprintf(env.Stderr, "drainctl wait: %v\n", err)
+			return ExitUsage
+		}
+		counter = c
+	}
+
+	out, closeLog, err := logWriter(w, env)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "drainctl wait: %v\n", err)
+		return ExitError
+	}
+	defer closeLog()
+	log := drain.NewLogger(out, w.LogFormat == params.LogJSON)
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	if len(before) > 0 {
+		runBefore(ctx, before, log)
+	}
+	res := drain.Wait(ctx, drain.Config{Wait: *w, Counter: counter, Log: log})
+
+	summary := fmt.Sprintf("drainctl: %s after %s (%d polls, last count %s)",
+		res.Outcome, res.Waited.Round(time.Millisecond), res.Polls, countText(res.LastCount))
+	log.Log(summary[len("drainctl: "):], "event", "summary", "outcome", res.Outcome.String(),
+		"waited", res.Waited, "polls", res.Polls, "sessions", res.LastCount)
+	if out != env.Stderr {
+		// The kubelet puts a failed hook's output into its event: say why.
+		fmt.Fprintln(env.Stderr, summary)
+	}
+	switch res.Outcome {
+	case drain.Drained:
+		return ExitDrained
+	case drain.Released:
+		return ExitReleased
+	case drain.MaxWaitReached:
+		return ExitMaxWait
+	case drain.Unreachable:
+		return ExitUnreachable
+	default:
+		return ExitInterrupted
+	}
+}
+
+func hasDashDash(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return true
+		}
+	}
+	return false
+}
+
+// runBefore runs the pod's own preStop command. Its failure is logged, not
+// fatal: the drain that follows is what protects the sessions.
+func runBefore(ctx context.Context, argv []string, log *drain.Logger) {
+	log.Log(fmt.Sprintf("running the original preStop command first: %s", strings.Join(argv, " ")), "event", "before")
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	out, err := cmd.CombinedOutput()
+	if len(out) > 0 {
+		log.Log(fmt.Sprintf("original preStop output: %s", strings.TrimSpace(string(out))))
+	}
+	if err != nil {
+		log.Log(fmt.Sprintf("original preStop command failed: %v; draining anyway", err), "event", "before-failed")
+	}
+}
+
+func countText(n float64) string {
+	if n < 0 {
+		return "none"
+	}
+	return fmt.Sprint(n)
+}
+
+// logWriter picks where progress goes: --log-file; else the container's
+// main stdout, so `kubectl logs` shows it (the kubelet discards a hook's own
+// output); else stderr. On a terminal, stderr.
+func logWriter(w *params.Wait, env Env) (io.Writer, func(), error) {
+	if w.LogFile != "" {
+		f, err := os.OpenFile(w.LogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--%s: %w", params.FlagLogFile, err)
+		}
+		return f, func() { f.Close() }, nil
+	}
+	if f, ok := env.Stderr.(*os.File); ok && isTerminal(f) {
+		return env.Stderr, func() {}, nil
+	}
+	if env.OpenMainStdout != nil && os.Getpid() != 1 {
+		if f, err := env.OpenMainStdout(); err == nil {
+			return f, func() { f.Close() }, nil
+		}
+	}
+	return env.Stderr, func() {}, nil
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+const countSynopsis = `drainctl count [flags]
+
+Fetches the session count once and prints it: the number on stdout, the
+detected format on stderr. Exit status 0, 2 usage error, 4 fetch or parse
+failure.
+
+Example:
+  drainctl count --url http://localhost:8080/manager/text/list --context /app --basic-auth-env MANAGER
+`
+
+func runCount(ctx context.Context, args []string, env Env) int {
+	w := params.NewWait()
+	fs := newFlagSet("count", env, countSynopsis)
+	w.BindSource(fs)
+	if status, ok := parse(fs, args, env); !ok {
+		return status
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(env.Stderr, "drainctl count: unexpected argument %q\n", fs.Arg(0))
+		return ExitUsage
+	}
+	if w.URL == "" {
+		fmt.Fprintln(env.Stderr, "drainctl count: --url is required (e.g. --url http://localhost:8080/sessions)")
+		return ExitUsage
+	}
+	if err := w.Source.Validate(); err != nil {
+		fmt.Fprintf(env.Stderr, "drainctl count: %v\n", err)
+		return ExitUsage
+	}
+	c, err := source.New(w.Source)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "drainctl count: %v\n", err)
+		return ExitUsage
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.RequestTimeout)
+	defer cancel()
+	r, err := c.Count(ctx)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "drainctl count: %v\n", err)
+		return ExitUnreachable
+	}
+	fmt.Fprintln(env.Stdout, countText(r.Count))
+	fmt.Fprintf(env.Stderr, "format: %s\n", r.Format)
+	return 0
+}
+
+const installSynopsis = `drainctl install DIR
+
+Copies this binary to DIR/drainctl atomically (temporary file, fsync,
+rename, mode 0755). The webhook's init container runs it to deliver
+drainctl into images without a shell or cp.
+
+Example:
+  drainctl install /stickydrain/bin
+`
+
+func runInstall(args []string, env Env) int {
+	fs := newFlagSet("install", env, installSynopsis)
+	if status, ok := parse(fs, args, env); !ok {
+		return status
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(env.Stderr, "drainctl install: want exactly one argument, the target directory (e.g. drainctl install /stickydrain/bin)")
+		return ExitUsage
+	}
+	self, err := env.Executable()
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "drainctl install: locating this binary: %v\n", err)
+		return ExitError
+	}
+	dst, err := Install(self, fs.Arg(0))
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "drainctl install: %v\n", err)
+		return ExitError
+	}
+	fmt.Fprintf(env.Stdout, "installed %s\n", dst)
+	return 0
+}
+
+// Install copies the file at src to dir/drainctl atomically and returns the
+// installed path. A reader of dir/drainctl sees the old file or the whole
+// new one, never part of it.
+func Install(src, dir string) (string, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return "", fmt.Errorf("opening %s: %w", src, err)
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(dir, ".drainctl-*")
+	if err != nil {
+		return "", fmt.Errorf("creating a temporary file in %s: %w", dir, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := io.Copy(tmp, in); err != nil {
+		return "", fmt.Errorf("copying to %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		return "", fmt.Errorf("chmod %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return "", fmt.Errorf("fsync %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", fmt.Errorf("closing %s: %w", tmp.Name(), err)
+	}
+	dst := filepath.Join(dir, "drainctl")
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return "", fmt.Errorf("renaming into place: %w", err)
+	}
+	ok = true
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync() // make the rename durable; not all filesystems support it
+		d.Close()
+	}
+	return dst, nil
+}

@@ -1,0 +1,362 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stickydrain/stickydrain/drainctl/cli"
+)
+
+// These tests run drainctl as a real process, built once in TestMain, and
+// check each way of ending by its exit status and its log.
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "drainctl-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "drainctl")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building drainctl: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type run struct {
+	code     int
+	stdout   string
+	stderr   string
+	log      string
+	duration time.Duration
+}
+
+func drainctl(t *testing.T, args ...string) run {
+	t.Helper()
+	return drainctlWith(t, nil, args...)
+}
+
+// drainctlWith runs drainctl with a log file and calls during (if not nil)
+// once it has started.
+func drainctlWith(t *testing.T, during func(*os.Process), args ...string) run {
+	t.Helper()
+	logFile := filepath.Join(t.TempDir(), "drainctl.log")
+	if len(args) > 0 && args[0] == "wait" {
+		args = append([]string{"wait", "--log-file", logFile}, args[1:]...)
+	}
+	cmd := exec.Command(binary, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if during != nil {
+		during(cmd.Process)
+	}
+	err := cmd.Wait()
+	r := run{stdout: stdout.String(), stderr: stderr.String(), duration: time.Since(start)}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(logFile)
+	r.log = string(b)
+	return r
+}
+
+// countServer serves the counts in turn, then the last one forever.
+func countServer(t *testing.T, counts ...int) *httptest.Server {
+	var i atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := int(i.Add(1)) - 1
+		if n >= len(counts) {
+			n = len(counts) - 1
+		}
+		fmt.Fprint(w, counts[n])
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestWaitExitsWhenDrained(t *testing.T) {
+	srv := countServer(t, 3, 2, 0)
+	r := drainctl(t, "wait", "--url", srv.URL, "--interval", "50ms", "--min-wait", "0s", "--max-wait", "30s")
+	if r.code != cli.ExitDrained {
+		t.Fatalf("exit %d, want %d (drained)\nlog:\n%s\nstderr:\n%s", r.code, cli.ExitDrained, r.log, r.stderr)
+	}
+	for _, want := range []string{"detected format number", "draining: 3 sessions left", "draining: 2 sessions left", "drained: 0 sessions left", "drained after"} {
+		if !strings.Contains(r.log, want) {
+			t.Errorf("log lacks %q:\n%s", want, r.log)
+		}
+	}
+}
+
+func TestWaitHoldsUntilMinWait(t *testing.T) {
+	srv := countServer(t, 0)
+	r := drainctl(t, "wait", "--url", srv.URL, "--interval", "50ms", "--min-wait", "600ms", "--max-wait", "30s")
+	if r.code != cli.ExitDrained {
+		t.Fatalf("exit %d, want drained\n%s", r.code, r.log)
+	}
+	if r.duration < 600*time.Millisecond {
+		t.Errorf("ended after %v, before --min-wait 600ms", r.duration)
+	}
+	if !strings.Contains(r.log, "holding until min-wait") {
+		t.Errorf("log does not say it holds for min-wait:\n%s", r.log)
+	}
+}
+
+func TestWaitGivesUpAtMaxWait(t *testing.T) {
+	srv := countServer(t, 5)
+	r := drainctl(t, "wait", "--url", srv.URL, "--interval", "50ms", "--min-wait", "0s", "--max-wait", "400ms")
+	if r.code != cli.ExitMaxWait {
+		t.Fatalf("exit %d, want %d (max-wait)\n%s", r.code, cli.ExitMaxWait, r.log)
+	}
+	if !strings.Contains(r.stderr, "max-wait reached") {
+		t.Errorf("stderr lacks the summary the kubelet would put in its event: %q", r.stderr)
+	}
+}
+
+func TestTimedDrainWithoutURL(t *testing.T) {
+	r := drainctl(t, "wait", "--min-wait", "0s", "--max-wait", "300ms")
+	if r.code != cli.ExitMaxWait {
+		t.Fatalf("exit %d, want %d\n%s", r.code, cli.ExitMaxWait, r.log)
+	}
+	if r.duration < 300*time.Millisecond {
+		t.Errorf("a timed drain of 300ms ended after %v", r.duration)
+	}
+	if !strings.Contains(r.log, "timed drain") {
+		t.Errorf("log:\n%s", r.log)
+	}
+}
+
+func TestWaitEndsWhenAppIsUnreachable(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "stopping", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	r := drainctl(t, "wait", "--url", srv.URL, "--interval", "50ms", "--unreachable-limit", "3", "--max-wait", "30s")
+	if r.code != cli.ExitUnreachable {
+		t.Fatalf("exit %d, want %d (unreachable)\n%s", r.code, cli.ExitUnreachable, r.log)
+	}
+	if got := strings.Count(r.log, "poll failed"); got != 3 {
+		t.Errorf("%d failed polls logged, want 3:\n%s", got, r.log)
+	}
+}
+
+func TestWaitFailuresMustBeConsecutive(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		i := n.Add(1)
+		switch {
+		case i > 8:
+			fmt.Fprint(w, 0)
+		case i%2 == 0:
+			http.Error(w, "flaky", http.StatusBadGateway)
+		default:
+			fmt.Fprint(w, 4)
+		}
+	}))
+	defer srv.Close()
+	r := drainctl(t, "wait", "--url", srv.URL, "--interval", "30ms", "--unreachable-limit", "2", "--min-wait", "0s", "--max-wait", "30s")
+	if r.code != cli.ExitDrained {
+		t.Fatalf("exit %d, want drained: one failure between successes must not count as two\n%s", r.code, r.log)
+	}
+}
+
+func writeAnnotations(t *testing.T, path string, kv map[string]string) {
+	t.Helper()
+	var b strings.Builder
+	for k, v := range kv {
+		fmt.Fprintf(&b, "%s=%q\n", k, v)
+	}
+	// Atomically, as the kubelet swaps the downward-API files.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWaitIsReleasedByAnnotation(t *testing.T) {
+	srv := countServer(t, 9)
+	podinfo := filepath.Join(t.TempDir(), "annotations")
+	writeAnnotations(t, podinfo, map[string]string{"app": "x"})
+	r := drainctlWith(t, func(*os.Process) {
+		time.Sleep(300 * time.Millisecond)
+		writeAnnotations(t, podinfo, map[string]string{"app": "x", "stickydrain.io/release": "true"})
+	}, "wait", "--url", srv.URL, "--interval", "100ms", "--max-wait", "1m", "--podinfo", podinfo)
+	if r.code != cli.ExitReleased {
+		t.Fatalf("exit %d, want %d (released)\n%s", r.code, cli.ExitReleased, r.log)
+	}
+	if !strings.Contains(r.log, `released by annotation stickydrain.io/release="true"`) {
+		t.Errorf("log:\n%s", r.log)
+	}
+}
+
+func TestWaitHonoursShorterMaxWaitAnnotation(t *testing.T) {
+	srv := countServer(t, 9)
+	podinfo := filepath.Join(t.TempDir(), "annotations")
+	writeAnnotations(t, podinfo, map[string]string{"stickydrain.io/max-wait": "300ms"})
+	r := drainctl(t, "wait", "--url", srv.URL, "--interval", "100ms", "--min-wait", "0s", "--max-wait", "1h", "--podinfo", podinfo)
+	if r.code != cli.ExitMaxWait {
+		t.Fatalf("exit %d, want %d\n%s", r.code, cli.ExitMaxWait, r.log)
+	}
+	if !strings.Contains(r.log, "max-wait shortened from 1h0m0s to 300ms") {
+		t.Errorf("log:\n%s", r.log)
+	}
+}
+
+func TestWaitStopsOnSIGTERM(t *testing.T) {
+	srv := countServer(t, 9)
+	r := drainctlWith(t, func(p *os.Process) {
+		time.Sleep(300 * time.Millisecond)
+		p.Signal(syscall.SIGTERM)
+	}, "wait", "--url", srv.URL, "--interval", "10s", "--max-wait", "1h")
+	if r.code != cli.ExitInterrupted {
+		t.Fatalf("exit %d, want %d (interrupted)\n%s", r.code, cli.ExitInterrupted, r.log)
+	}
+	if r.duration > 5*time.Second {
+		t.Errorf("took %v to stop on SIGTERM: it should not wait out its interval", r.duration)
+	}
+}
+
+func TestWaitRunsTheOriginalHookFirst(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "marker")
+	r := drainctl(t, "wait", "--min-wait", "0s", "--max-wait", "100ms", "--", "/bin/sh", "-c", "echo original > "+marker)
+	if r.code != cli.ExitMaxWait {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.log, r.stderr)
+	}
+	if b, err := os.ReadFile(marker); err != nil || string(b) != "original\n" {
+		t.Fatalf("the original command did not run: %q, %v", b, err)
+	}
+}
+
+func TestWaitJSONLog(t *testing.T) {
+	srv := countServer(t, 1, 0)
+	r := drainctl(t, "wait", "--url", srv.URL, "--interval", "50ms", "--min-wait", "0s", "--log-format", "json")
+	if r.code != cli.ExitDrained {
+		t.Fatalf("exit %d\n%s", r.code, r.log)
+	}
+	var events []string
+	for _, line := range strings.Split(strings.TrimSpace(r.log), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %q: %v", line, err)
+		}
+		if e, ok := rec["event"].(string); ok {
+			events = append(events, e)
+		}
+	}
+	want := "start detected progress drained summary"
+	if got := strings.Join(events, " "); got != want {
+		t.Errorf("events %q, want %q", got, want)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"wait", "--max-wait", "forever"}, `invalid value "forever" for flag -max-wait`},
+		{[]string{"wait", "--format", "json", "--url", "http://localhost:1/"}, "--format json needs --json-path"},
+		{[]string{"wait", "--url", "localhost:8080"}, "want an http:// or https:// URL"},
+		{[]string{"wait", "stray"}, `unexpected argument "stray"`},
+		{[]string{"wait", "--bearer-token-file", "/nonexistent", "--url", "http://localhost:1/"}, "--bearer-token-file"},
+		{[]string{"count"}, "--url is required"},
+		{[]string{"install"}, "want exactly one argument"},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{nil, "Usage:"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			r := drainctl(t, tt.args...)
+			if r.code != cli.ExitUsage {
+				t.Errorf("exit %d, want %d (usage)", r.code, cli.ExitUsage)
+			}
+			if !strings.Contains(r.stderr, tt.want) {
+				t.Errorf("stderr %q lacks %q", r.stderr, tt.want)
+			}
+		})
+	}
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"wait", "--help"}, {"help", "count"}, {"install", "--help"}} {
+		r := drainctl(t, args...)
+		if r.code != 0 || !strings.Contains(r.stdout, "Example") {
+			t.Errorf("%v: exit %d, stdout %q", args, r.code, r.stdout)
+		}
+	}
+	if r := drainctl(t, "version"); r.code != 0 || !strings.HasPrefix(r.stdout, "drainctl ") {
+		t.Errorf("version: exit %d, %q", r.code, r.stdout)
+	}
+}
+
+func TestCount(t *testing.T) {
+	srv := countServer(t, 17)
+	r := drainctl(t, "count", "--url", srv.URL)
+	if r.code != 0 || strings.TrimSpace(r.stdout) != "17" || !strings.Contains(r.stderr, "format: number") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	down := httptest.NewServer(http.NotFoundHandler())
+	defer down.Close()
+	if r := drainctl(t, "count", "--url", down.URL); r.code != cli.ExitUnreachable {
+		t.Errorf("count against a 404: exit %d, want %d", r.code, cli.ExitUnreachable)
+	}
+}
+
+func TestInstall(t *testing.T) {
+	dir := t.TempDir()
+	r := drainctl(t, "install", dir)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	dst := filepath.Join(dir, "drainctl")
+	fi, err := os.Stat(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o755 {
+		t.Errorf("mode %v, want 0755", fi.Mode().Perm())
+	}
+	want, _ := os.ReadFile(binary)
+	got, _ := os.ReadFile(dst)
+	if !bytes.Equal(want, got) {
+		t.Error("installed file differs from the binary")
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("install left %d entries in the directory, want only drainctl", len(entries))
+	}
+	// Installing again over a running copy works (rename, not overwrite).
+	out, err := exec.Command(dst, "install", dir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("the installed copy cannot reinstall itself: %v: %s", err, out)
+	}
+	if r := drainctl(t, "install", filepath.Join(dir, "missing")); r.code != cli.ExitError {
+		t.Errorf("install into a missing directory: exit %d, want %d", r.code, cli.ExitError)
+	}
+}

@@ -1,0 +1,393 @@
+// Package params defines the parameters of `drainctl wait` and `drainctl
+// count`: their flags, defaults, validation, and the command line that
+// carries them. The webhook builds the injected preStop command with this
+// same package, so the flags it writes and the flags drainctl reads cannot
+// drift apart. It imports nothing from Kubernetes.
+package params
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Annotations drainctl reads from the pod's downward-API annotations file
+// (--podinfo) while it waits. They are set by an operator with
+// `kubectl annotate pod`.
+const (
+	// ReleaseAnnotation ends a running drain at once when set to any value
+	// but "false". Exit status: StatusReleased.
+	ReleaseAnnotation = "stickydrain.io/release"
+	// MaxWaitAnnotation, when set on a running pod to a Go duration shorter
+	// than the drain's --max-wait, shortens it. Longer values are ignored:
+	// the pod's grace period was sized for the original maximum.
+	MaxWaitAnnotation = "stickydrain.io/max-wait"
+)
+
+// Formats of the session-count endpoint.
+const (
+	FormatAuto           = "auto"
+	FormatNumber         = "number"
+	FormatJSON           = "json"
+	FormatPrometheus     = "prometheus"
+	FormatTomcatList     = "tomcat-list"
+	FormatTomcatSessions = "tomcat-sessions"
+	FormatMatch          = "match"
+)
+
+// Formats lists every accepted --format value.
+var Formats = []string{FormatAuto, FormatNumber, FormatJSON, FormatPrometheus, FormatTomcatList, FormatTomcatSessions, FormatMatch}
+
+// Log formats.
+const (
+	LogText = "text"
+	LogJSON = "json"
+)
+
+// Flag names. The webhook maps its annotations onto these.
+const (
+	FlagURL              = "url"
+	FlagFormat           = "format"
+	FlagJSONPath         = "json-path"
+	FlagMetric           = "metric"
+	FlagContext          = "context"
+	FlagIdleBelow        = "idle-below"
+	FlagPattern          = "pattern"
+	FlagTarget           = "target"
+	FlagMinWait          = "min-wait"
+	FlagMaxWait          = "max-wait"
+	FlagInterval         = "interval"
+	FlagRequestTimeout   = "request-timeout"
+	FlagMaxBodyBytes     = "max-body-bytes"
+	FlagUnreachableLimit = "unreachable-limit"
+	FlagPodinfo          = "podinfo"
+	FlagBasicAuthFile    = "basic-auth-file"
+	FlagBasicAuthEnv     = "basic-auth-env"
+	FlagBearerTokenFile  = "bearer-token-file"
+	FlagBearerTokenEnv   = "bearer-token-env"
+	FlagHeaderFile       = "header-file"
+	FlagInsecureTLS      = "insecure-skip-tls-verify"
+	FlagLogFormat        = "log-format"
+	FlagLogFile          = "log-file"
+)
+
+// Defaults.
+const (
+	DefaultMinWait          = 10 * time.Second
+	DefaultMaxWait          = time.Hour
+	DefaultInterval         = 10 * time.Second
+	DefaultRequestTimeout   = 5 * time.Second
+	DefaultMaxBodyBytes     = 1 << 20
+	DefaultUnreachableLimit = 6
+)
+
+// Source says where and how to read the session count.
+type Source struct {
+	URL       string
+	Format    string
+	JSONPath  string
+	Metric    string
+	Context   string
+	IdleBelow time.Duration
+	Pattern   string
+
+	RequestTimeout time.Duration
+	MaxBodyBytes   int64
+	InsecureTLS    bool
+
+	// Credentials: each names a file or an environment variable inside the
+	// container, never the secret itself.
+	BasicAuthFile   string // "user:password"
+	BasicAuthEnv    string
+	BearerTokenFile string
+	BearerTokenEnv  string
+	HeaderFile      string // "Name: value" lines
+}
+
+// Wait is everything `drainctl wait` takes.
+type Wait struct {
+	Source
+	Target           float64
+	MinWait          time.Duration
+	MaxWait          time.Duration
+	Interval         time.Duration
+	UnreachableLimit int
+	Podinfo          string
+	LogFormat        string
+	LogFile          string
+}
+
+// NewWait returns the defaults.
+func NewWait() *Wait {
+	return &Wait{
+		Source: Source{
+			Format:         FormatAuto,
+			RequestTimeout: DefaultRequestTimeout,
+			MaxBodyBytes:   DefaultMaxBodyBytes,
+		},
+		MinWait:          DefaultMinWait,
+		MaxWait:          DefaultMaxWait,
+		Interval:         DefaultInterval,
+		UnreachableLimit: DefaultUnreachableLimit,
+		LogFormat:        LogText,
+	}
+}
+
+// BindSource registers the source flags on fs.
+func (s *Source) BindSource(fs *flag.FlagSet) {
+	fs.StringVar(&s.URL, FlagURL, s.URL, "session-count `URL`, normally http://localhost:PORT/... (the pod itself); empty: a timed drain of --max-wait")
+	fs.Var(choice{&s.Format, Formats}, FlagFormat, "body `format`: "+strings.Join(Formats, "|"))
+	fs.StringVar(&s.JSONPath, FlagJSONPath, s.JSONPath, "json: dot `path` to the count, numeric indexes for arrays (e.g. measurements.0.value)")
+	fs.Var(metricValue{&s.Metric}, FlagMetric, "prometheus: `metric` name with optional label matchers, e.g. 'tomcat_sessions_active_current_sessions{name=\"app\"}'; matching series are summed")
+	fs.StringVar(&s.Context, FlagContext, s.Context, "tomcat-list: context `path` of the application (ROOT is /); empty sums all but /manager and /host-manager")
+	fs.Var(durationValue{&s.IdleBelow, 0}, FlagIdleBelow, "tomcat-sessions: count only sessions active within this `duration` (e.g. 30m); 0 counts all")
+	fs.Var(regexpValue{&s.Pattern}, FlagPattern, "match: still draining while the body matches this case-insensitive `regexp` (e.g. DRAINING)")
+	fs.Var(durationValue{&s.RequestTimeout, time.Millisecond}, FlagRequestTimeout, "timeout of one request (`duration`)")
+	fs.Var(intValue[int64]{&s.MaxBodyBytes, 1}, FlagMaxBodyBytes, "largest response body read, in `bytes`")
+	fs.BoolVar(&s.InsecureTLS, FlagInsecureTLS, s.InsecureTLS, "do not verify the endpoint's TLS certificate (https on localhost with a self-signed certificate)")
+	fs.StringVar(&s.BasicAuthFile, FlagBasicAuthFile, s.BasicAuthFile, "`file` holding user:password for basic auth")
+	fs.Var(envName{&s.BasicAuthEnv}, FlagBasicAuthEnv, "environment `variable` holding user:password for basic auth")
+	fs.StringVar(&s.BearerTokenFile, FlagBearerTokenFile, s.BearerTokenFile, "`file` holding a bearer token")
+	fs.Var(envName{&s.BearerTokenEnv}, FlagBearerTokenEnv, "environment `variable` holding a bearer token")
+	fs.StringVar(&s.HeaderFile, FlagHeaderFile, s.HeaderFile, "`file` of extra request headers, one 'Name: value' a line")
+}
+
+// Bind registers every flag of `drainctl wait` on fs.
+func (w *Wait) Bind(fs *flag.FlagSet) {
+	w.BindSource(fs)
+	fs.Var(floatValue{&w.Target}, FlagTarget, "drained when the count is at or below this `number`")
+	fs.Var(durationValue{&w.MinWait, 0}, FlagMinWait, "never end drained before this `duration`, so the load balancer's drain takes effect first")
+	fs.Var(durationValue{&w.MaxWait, time.Millisecond}, FlagMaxWait, "give up waiting after this `duration`")
+	fs.Var(durationValue{&w.Interval, time.Millisecond}, FlagInterval, "`duration` between polls (with ±10% jitter)")
+	fs.Var(intValue[int]{&w.UnreachableLimit, 1}, FlagUnreachableLimit, "end after this many consecutive failed polls (`count`): the app is gone or hung")
+	fs.StringVar(&w.Podinfo, FlagPodinfo, w.Podinfo, "downward-API annotations `file`: "+ReleaseAnnotation+" ends the drain, a shorter "+MaxWaitAnnotation+" shortens it")
+	fs.Var(choice{&w.LogFormat, []string{LogText, LogJSON}}, FlagLogFormat, "log `format`: text|json")
+	fs.StringVar(&w.LogFile, FlagLogFile, w.LogFile, "log to this `file` (default: the container's main stdout, /proc/1/fd/1, when writable, else stderr)")
+}
+
+// Validate checks what single flags cannot: combinations. Its errors name
+// the flags involved.
+func (s *Source) Validate() error {
+	var errs []error
+	if s.URL != "" {
+		u, err := url.Parse(s.URL)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("--%s: %w", FlagURL, err))
+		case u.Scheme != "http" && u.Scheme != "https":
+			errs = append(errs, fmt.Errorf("--%s %q: want an http:// or https:// URL", FlagURL, s.URL))
+		case u.Host == "":
+			errs = append(errs, fmt.Errorf("--%s %q: no host; want e.g. http://localhost:8080/sessions", FlagURL, s.URL))
+		}
+	}
+	switch s.Format {
+	case FormatJSON:
+		if s.JSONPath == "" {
+			errs = append(errs, fmt.Errorf("--%s json needs --%s (e.g. measurements.0.value)", FlagFormat, FlagJSONPath))
+		}
+	case FormatPrometheus:
+		if s.Metric == "" {
+			errs = append(errs, fmt.Errorf("--%s prometheus needs --%s (e.g. tomcat_sessions_active_current_sessions)", FlagFormat, FlagMetric))
+		}
+	case FormatMatch:
+		if s.Pattern == "" {
+			errs = append(errs, fmt.Errorf("--%s match needs --%s (e.g. DRAINING)", FlagFormat, FlagPattern))
+		}
+	}
+	if s.BasicAuthFile != "" && s.BasicAuthEnv != "" {
+		errs = append(errs, fmt.Errorf("--%s and --%s: give one", FlagBasicAuthFile, FlagBasicAuthEnv))
+	}
+	if s.BearerTokenFile != "" && s.BearerTokenEnv != "" {
+		errs = append(errs, fmt.Errorf("--%s and --%s: give one", FlagBearerTokenFile, FlagBearerTokenEnv))
+	}
+	if (s.BasicAuthFile != "" || s.BasicAuthEnv != "") && (s.BearerTokenFile != "" || s.BearerTokenEnv != "") {
+		errs = append(errs, errors.New("basic auth and a bearer token: give one"))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks combinations of the wait flags.
+func (w *Wait) Validate() error {
+	errs := []error{w.Source.Validate()}
+	if w.MinWait > w.MaxWait {
+		errs = append(errs, fmt.Errorf("--%s %s is longer than --%s %s", FlagMinWait, w.MinWait, FlagMaxWait, w.MaxWait))
+	}
+	if w.Format == FormatMatch && w.Target != 0 {
+		errs = append(errs, fmt.Errorf("--%s %v with --%s match: match reports 1 while draining and 0 when drained; leave --%s at 0", FlagTarget, w.Target, FlagFormat, FlagTarget))
+	}
+	return errors.Join(errs...)
+}
+
+// FlagSet returns a flag set for `drainctl wait` bound to w, with errors
+// returned rather than printed.
+func (w *Wait) FlagSet() *flag.FlagSet {
+	fs := flag.NewFlagSet("wait", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	w.Bind(fs)
+	return fs
+}
+
+// Args returns the command-line flags that reproduce every flag set on fs
+// (by Set or Parse), sorted by name, as `--name=value`. Parsing them into a
+// fresh Wait gives the same parameters.
+func Args(fs *flag.FlagSet) []string {
+	var args []string
+	fs.Visit(func(f *flag.Flag) {
+		args = append(args, "--"+f.Name+"="+f.Value.String())
+	})
+	sort.Strings(args)
+	return args
+}
+
+// EffectiveMaxWait is the longest drainctl may wait with these flags:
+// max-wait itself. The grace period must cover it plus min-wait (a drain
+// that hits max-wait during the final min-wait check) and a margin.
+func (w *Wait) EffectiveMaxWait() time.Duration { return w.MaxWait }
+
+type choice struct {
+	p       *string
+	allowed []string
+}
+
+func (c choice) String() string {
+	if c.p == nil {
+		return ""
+	}
+	return *c.p
+}
+
+func (c choice) Set(v string) error {
+	for _, a := range c.allowed {
+		if v == a {
+			*c.p = v
+			return nil
+		}
+	}
+	return fmt.Errorf("%q is not one of %s", v, strings.Join(c.allowed, "|"))
+}
+
+type durationValue struct {
+	p   *time.Duration
+	min time.Duration
+}
+
+func (d durationValue) String() string {
+	if d.p == nil {
+		return ""
+	}
+	return d.p.String()
+}
+
+func (d durationValue) Set(v string) error {
+	x, err := time.ParseDuration(v)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration; want a number with a unit: 500ms, 10s, 30m, 12h", v)
+	}
+	if x < d.min {
+		if d.min == 0 {
+			return fmt.Errorf("%q is negative; want 0 or more", v)
+		}
+		return fmt.Errorf("%q is too short; want at least %s", v, d.min)
+	}
+	*d.p = x
+	return nil
+}
+
+type intValue[T int | int64] struct {
+	p   *T
+	min T
+}
+
+func (i intValue[T]) String() string {
+	if i.p == nil {
+		return ""
+	}
+	return strconv.FormatInt(int64(*i.p), 10)
+}
+
+func (i intValue[T]) Set(v string) error {
+	x, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || T(x) < i.min || int64(T(x)) != x {
+		return fmt.Errorf("%q is not a whole number of at least %d", v, i.min)
+	}
+	*i.p = T(x)
+	return nil
+}
+
+type floatValue struct{ p *float64 }
+
+func (f floatValue) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return strconv.FormatFloat(*f.p, 'g', -1, 64)
+}
+
+func (f floatValue) Set(v string) error {
+	x, err := strconv.ParseFloat(v, 64)
+	if err != nil || x < 0 || x != x {
+		return fmt.Errorf("%q is not a number of 0 or more", v)
+	}
+	*f.p = x
+	return nil
+}
+
+type regexpValue struct{ p *string }
+
+func (r regexpValue) String() string {
+	if r.p == nil {
+		return ""
+	}
+	return *r.p
+}
+
+func (r regexpValue) Set(v string) error {
+	if _, err := regexp.Compile("(?i)" + v); err != nil {
+		return fmt.Errorf("%q is not a regular expression: %w", v, err)
+	}
+	*r.p = v
+	return nil
+}
+
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+type envName struct{ p *string }
+
+func (e envName) String() string {
+	if e.p == nil {
+		return ""
+	}
+	return *e.p
+}
+
+func (e envName) Set(v string) error {
+	if !envNameRE.MatchString(v) {
+		return fmt.Errorf("%q is not an environment variable name; want letters, digits and _ (the name, never the secret)", v)
+	}
+	*e.p = v
+	return nil
+}
+
+type metricValue struct{ p *string }
+
+func (m metricValue) String() string {
+	if m.p == nil {
+		return ""
+	}
+	return *m.p
+}
+
+func (m metricValue) Set(v string) error {
+	if _, err := ParseMetricSelector(v); err != nil {
+		return err
+	}
+	*m.p = v
+	return nil
+}

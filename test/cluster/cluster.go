@@ -1,0 +1,513 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// DefaultControllers are the kube-controller-manager controllers a cluster
+// runs unless Options.Controllers says otherwise.
+var DefaultControllers = []string{
+	"endpointslice-controller",
+	"endpointslice-mirroring-controller",
+	"deployment-controller",
+	"replicaset-controller",
+	"statefulset-controller",
+	"daemonset-controller",
+	"garbage-collector-controller",
+	"disruption-controller",
+	"namespace-controller",
+}
+
+// Options configure a Cluster. The zero value is usable.
+type Options struct {
+	// BinDir holds etcd, kube-apiserver and kube-controller-manager. Empty
+	// means $STICKYDRAIN_K8S_BINS, else the directory test/tools/build.sh
+	// builds into (building the binaries when they are missing).
+	BinDir string
+	// Nodes are registered Ready. Empty means one Node, "node-1".
+	Nodes []string
+	// Controllers are passed to kube-controller-manager --controllers.
+	// Empty means DefaultControllers.
+	Controllers []string
+	// ControllerManagerArgs are extra kube-controller-manager flags, e.g.
+	// --max-endpoints-per-slice=2 to make the EndpointSlice controller split.
+	ControllerManagerArgs []string
+	// Log receives progress lines; nil discards them.
+	Log func(format string, args ...any)
+}
+
+// Cluster is a running control plane.
+type Cluster struct {
+	// Config authenticates as a member of system:masters.
+	Config *rest.Config
+	// Client is a controller-runtime client on Config.
+	Client client.Client
+	// Clientset is a client-go clientset on Config.
+	Clientset kubernetes.Interface
+	// KubeconfigPath is a kubeconfig file for Config, for processes under test.
+	KubeconfigPath string
+	// Dir is the run directory; everything the cluster writes is below it.
+	Dir string
+	// Nodes are the names of the registered Nodes.
+	Nodes []string
+
+	env      *envtest.Environment
+	kcm      *exec.Cmd
+	kcmDone  chan struct{}
+	watchdog *exec.Cmd
+	sigCh    chan os.Signal
+	stopOnce sync.Once
+	stopErr  error
+	logf     func(string, ...any)
+}
+
+// Start starts etcd, kube-apiserver and kube-controller-manager, registers
+// the Nodes and waits until the controller manager is running. On error it
+// leaves nothing behind.
+func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+	logf := opts.Log
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	binDir := opts.BinDir
+	if binDir == "" {
+		binDir, err = FindBinaries(logf)
+		if err != nil {
+			return nil, err
+		}
+	}
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
+		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
+			return nil, fmt.Errorf("control plane binary %s: %w (build it with `make k8s-bins`)", b, err)
+		}
+	}
+
+	root := filepath.Join(os.TempDir(), "stickydrain-cluster")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("creating run root: %w", err)
+	}
+	reapStale(root, logf)
+	dir, err := os.MkdirTemp(root, fmt.Sprintf("run-%d-", os.Getpid()))
+	if err != nil {
+		return nil, fmt.Errorf("creating run directory: %w", err)
+	}
+	c = &Cluster{Dir: dir, kcmDone: make(chan struct{}), logf: logf}
+	defer func() {
+		if err != nil {
+			_ = c.Stop()
+			c = nil
+		}
+	}()
+	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return c, fmt.Errorf("writing owner file: %w", err)
+	}
+	if err := c.startWatchdog(); err != nil {
+		return c, err
+	}
+	c.handleSignals()
+
+	for _, sub := range []string{"etcd", "apiserver", "logs"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			return c, fmt.Errorf("creating %s directory: %w", sub, err)
+		}
+	}
+	etcdLog, err := os.Create(filepath.Join(dir, "logs", "etcd.log"))
+	if err != nil {
+		return c, fmt.Errorf("creating etcd log: %w", err)
+	}
+	apiLog, err := os.Create(filepath.Join(dir, "logs", "kube-apiserver.log"))
+	if err != nil {
+		return c, fmt.Errorf("creating kube-apiserver log: %w", err)
+	}
+
+	env := &envtest.Environment{
+		BinaryAssetsDirectory:    binDir,
+		ControlPlaneStartTimeout: 90 * time.Second,
+		ControlPlaneStopTimeout:  30 * time.Second,
+	}
+	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(dir, "etcd"), Out: etcdLog, Err: etcdLog}
+	api := env.ControlPlane.GetAPIServer()
+	api.CertDir = filepath.Join(dir, "apiserver")
+	api.Out, api.Err = apiLog, apiLog
+	// Every admission plugin a real cluster runs by default, except
+	// ServiceAccount: no token controller runs, and pods here need none.
+	api.Configure().Set("disable-admission-plugins", "ServiceAccount")
+	c.env = env
+
+	logf("starting etcd and kube-apiserver (%s)", binDir)
+	if _, err := env.Start(); err != nil {
+		return c, fmt.Errorf("starting etcd and kube-apiserver: %w", err)
+	}
+	c.recordChildren()
+
+	admin, err := env.AddUser(envtest.User{Name: "stickydrain-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return c, fmt.Errorf("adding admin user: %w", err)
+	}
+	c.Config = admin.Config()
+	c.Config.QPS, c.Config.Burst = 200, 400
+	kubeconfig, err := admin.KubeConfig()
+	if err != nil {
+		return c, fmt.Errorf("writing kubeconfig: %w", err)
+	}
+	c.KubeconfigPath = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(c.KubeconfigPath, kubeconfig, 0o600); err != nil {
+		return c, fmt.Errorf("writing kubeconfig: %w", err)
+	}
+	if c.Client, err = client.New(c.Config, client.Options{}); err != nil {
+		return c, fmt.Errorf("creating client: %w", err)
+	}
+	if c.Clientset, err = kubernetes.NewForConfig(c.Config); err != nil {
+		return c, fmt.Errorf("creating clientset: %w", err)
+	}
+
+	controllers := opts.Controllers
+	if len(controllers) == 0 {
+		controllers = DefaultControllers
+	}
+	if err := c.startControllerManager(ctx, binDir, controllers, opts.ControllerManagerArgs); err != nil {
+		return c, err
+	}
+
+	nodes := opts.Nodes
+	if len(nodes) == 0 {
+		nodes = []string{"node-1"}
+	}
+	for _, n := range nodes {
+		if err := c.registerNode(ctx, n); err != nil {
+			return c, err
+		}
+	}
+	c.Nodes = nodes
+	logf("control plane ready: kubeconfig %s", c.KubeconfigPath)
+	return c, nil
+}
+
+func (c *Cluster) startControllerManager(ctx context.Context, binDir string, controllers, extra []string) error {
+	logPath := filepath.Join(c.Dir, "logs", "kube-controller-manager.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return fmt.Errorf("creating kube-controller-manager log: %w", err)
+	}
+	cmd := exec.Command(filepath.Join(binDir, "kube-controller-manager"),
+		"--kubeconfig="+c.KubeconfigPath,
+		"--controllers="+strings.Join(controllers, ","),
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--use-service-account-credentials=false",
+		// React at once, as tests expect; a real cluster batches for 0s too.
+		"--endpointslice-updates-batch-period=0s",
+		"--concurrent-service-endpoint-syncs=10",
+		"--v=2",
+	)
+	cmd.Args = append(cmd.Args, extra...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Its own process group (Ctrl-C goes to our Stop, not straight to it) and
+	// killed with us if we die before Stop.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	c.logf("starting kube-controller-manager (%s)", strings.Join(controllers, ","))
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("starting kube-controller-manager: %w", err)
+	}
+	c.kcm = cmd
+	c.appendPid(cmd.Process.Pid)
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(c.kcmDone)
+	}()
+
+	// The controller manager is up once the EndpointSlice controller's
+	// workers run; its log says so. Reading the log keeps this free of the
+	// secure port we switched off.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case <-c.kcmDone:
+			return fmt.Errorf("kube-controller-manager exited early: %s", tail(logPath, 20))
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for kube-controller-manager: %w", ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+		b, _ := os.ReadFile(logPath)
+		// Its workers start only after its informers have synced.
+		if bytes.Contains(b, []byte("Starting service queue worker threads")) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kube-controller-manager did not start its controllers within 60s: %s", tail(logPath, 20))
+		}
+	}
+}
+
+func (c *Cluster) registerNode(ctx context.Context, name string) error {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name:   name,
+		Labels: map[string]string{corev1.LabelHostname: name, corev1.LabelOSStable: "linux"},
+	}}
+	if err := c.Client.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("registering node %s: %w", name, err)
+	}
+	now := metav1.Now()
+	node.Status = corev1.NodeStatus{
+		Conditions: []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+			Message: "stickydrain test node", LastHeartbeatTime: now, LastTransitionTime: now,
+		}},
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: name}},
+		Capacity: corev1.ResourceList{
+			corev1.ResourcePods: resourceQuantity("1000"), corev1.ResourceCPU: resourceQuantity("64"),
+			corev1.ResourceMemory: resourceQuantity("256Gi"),
+		},
+	}
+	node.Status.Allocatable = node.Status.Capacity
+	if err := c.Client.Status().Update(ctx, node); err != nil {
+		return fmt.Errorf("setting node %s Ready: %w", name, err)
+	}
+	return nil
+}
+
+// Stop kills the controller manager, stops kube-apiserver and etcd, and
+// removes the run directory. It is safe to call more than once.
+func (c *Cluster) Stop() error {
+	c.stopOnce.Do(func() {
+		var errs []error
+		if c.kcm != nil && c.kcm.Process != nil {
+			_ = syscall.Kill(-c.kcm.Process.Pid, syscall.SIGTERM)
+			select {
+			case <-c.kcmDone:
+			case <-time.After(10 * time.Second):
+				_ = syscall.Kill(-c.kcm.Process.Pid, syscall.SIGKILL)
+				<-c.kcmDone
+			}
+		}
+		if c.env != nil {
+			if err := c.env.Stop(); err != nil {
+				errs = append(errs, fmt.Errorf("stopping etcd and kube-apiserver: %w", err))
+			}
+		}
+		// Whatever envtest did not stop (it gives up after its timeout) is
+		// killed here, so that nothing outlives the cluster.
+		for _, pid := range c.pids() {
+			if alive(pid) {
+				_ = syscall.Kill(-pid, syscall.SIGKILL)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if c.sigCh != nil {
+			signal.Stop(c.sigCh)
+			close(c.sigCh)
+		}
+		if c.Dir != "" {
+			if err := os.RemoveAll(c.Dir); err != nil {
+				errs = append(errs, fmt.Errorf("removing run directory: %w", err))
+			}
+		}
+		if c.watchdog != nil && c.watchdog.Process != nil {
+			_ = c.watchdog.Process.Kill()
+			_ = c.watchdog.Wait()
+		}
+		c.stopErr = errors.Join(errs...)
+	})
+	return c.stopErr
+}
+
+// Logs returns the last n lines of each control-plane log, for failing tests.
+func (c *Cluster) Logs(n int) string {
+	var b strings.Builder
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
+		fmt.Fprintf(&b, "--- %s (last %d lines)\n%s\n", name, n, tail(filepath.Join(c.Dir, "logs", name+".log"), n))
+	}
+	return b.String()
+}
+
+// handleSignals stops the cluster on SIGINT or SIGTERM, then lets the
+// signal take its default course, so an interrupted test leaves nothing.
+func (c *Cluster) handleSignals() {
+	c.sigCh = make(chan os.Signal, 1)
+	signal.Notify(c.sigCh, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		sig, ok := <-c.sigCh
+		if !ok {
+			return
+		}
+		_ = c.Stop()
+		signal.Reset(sig)
+		_ = syscall.Kill(os.Getpid(), sig.(syscall.Signal))
+	}()
+}
+
+// startWatchdog starts a process that outlives us only to clean up: when our
+// pid is gone, it kills every process group listed in the run directory's
+// pids file and removes the directory.
+func (c *Cluster) startWatchdog() error {
+	script := `owner="$1"; dir="$2"
+while kill -0 "$owner" 2>/dev/null; do sleep 1; done
+if [ -f "$dir/pids" ]; then
+  for p in $(cat "$dir/pids"); do kill -KILL -- "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
+fi
+rm -rf "$dir"`
+	cmd := exec.Command("/bin/sh", "-c", script, "stickydrain-cluster-watchdog", strconv.Itoa(os.Getpid()), c.Dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting cluster watchdog: %w", err)
+	}
+	c.watchdog = cmd
+	return nil
+}
+
+// recordChildren writes the pids of our direct children (etcd and
+// kube-apiserver, which envtest starts in their own process groups) to the
+// pids file for the watchdog.
+func (c *Cluster) recordChildren() {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	self := os.Getpid()
+	watchdog := 0
+	if c.watchdog != nil && c.watchdog.Process != nil {
+		watchdog = c.watchdog.Process.Pid
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == watchdog {
+			continue
+		}
+		if ppid(pid) == self {
+			c.appendPid(pid)
+		}
+	}
+}
+
+func (c *Cluster) appendPid(pid int) {
+	f, err := os.OpenFile(filepath.Join(c.Dir, "pids"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintln(f, pid)
+}
+
+func (c *Cluster) pids() []int {
+	b, err := os.ReadFile(filepath.Join(c.Dir, "pids"))
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if p, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, p)
+		}
+	}
+	return pids
+}
+
+// reapStale removes the run directories of test processes that died without
+// cleaning up and whose watchdog did not either (the machine rebooted, or
+// the watchdog was killed too).
+func reapStale(root string, logf func(string, ...any)) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		dir := filepath.Join(root, e.Name())
+		b, err := os.ReadFile(filepath.Join(dir, "owner"))
+		if err != nil {
+			continue
+		}
+		owner, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || alive(owner) {
+			continue
+		}
+		stale := &Cluster{Dir: dir}
+		for _, pid := range stale.pids() {
+			if alive(pid) {
+				_ = syscall.Kill(-pid, syscall.SIGKILL)
+			}
+		}
+		logf("removing stale run directory %s", dir)
+		_ = os.RemoveAll(dir)
+	}
+}
+
+func alive(pid int) bool {
+	return pid > 0 && syscall.Kill(pid, 0) == nil
+}
+
+func ppid(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	// The command name is in parentheses and may hold spaces: skip past it.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return -1
+	}
+	fields := strings.Fields(s[i+1:])
+	if len(fields) < 2 {
+		return -1
+	}
+	p, _ := strconv.Atoi(fields[1])
+	return p
+}
+
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(%v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// FindBinaries returns the directory holding the control-plane binaries:
+// $STICKYDRAIN_K8S_BINS when set, else what test/tools/build.sh prints,
+// which builds them first when they are missing.
+func FindBinaries(logf func(string, ...any)) (string, error) {
+	if d := os.Getenv("STICKYDRAIN_K8S_BINS"); d != "" {
+		return d, nil
+	}
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", errors.New("locating test/tools: no caller information")
+	}
+	script := filepath.Join(filepath.Dir(file), "..", "tools", "build.sh")
+	logf("locating control-plane binaries with %s (builds them when missing: ~17 minutes cold)", script)
+	cmd := exec.Command("bash", script)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("building control-plane binaries with %s: %w", script, err)
+	}
+	return strings.TrimSpace(out.String()), nil
+}

@@ -1,0 +1,28 @@
+package cluster
+
+import (
+	"context"
+	"testing"
+)
+
+// StartT starts a cluster for a test and stops it when the test ends,
+// printing the control-plane logs if the test failed.
+func StartT(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	if opts.Log == nil {
+		opts.Log = t.Logf
+	}
+	c, err := Start(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("starting control plane: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("control-plane logs:\n%s", c.Logs(30))
+		}
+		if err := c.Stop(); err != nil {
+			t.Errorf("stopping control plane: %v", err)
+		}
+	})
+	return c
+}

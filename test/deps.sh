@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what the tests need and a fresh Debian machine may lack. Idempotent
+# and quiet when everything is there already.
+set -euo pipefail
+
+need=()
+command -v ip >/dev/null || need+=(iproute2)
+
+if ((${#need[@]})); then
+	if [[ $(id -u) -ne 0 ]]; then
+		echo "test/deps.sh: missing ${need[*]}; run as root or install them" >&2
+		exit 1
+	fi
+	echo "test/deps.sh: installing ${need[*]}" >&2
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi

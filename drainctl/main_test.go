@@ -360,3 +360,55 @@ func TestInstall(t *testing.T) {
 		t.Errorf("install into a missing directory: exit %d, want %d", r.code, cli.ExitError)
 	}
 }
+
+// BenchmarkPollFootprint runs the real, stripped binary (built as `make
+// build` does) polling a local server every 20ms and reports its peak RSS
+// and the CPU time it spends per poll.
+func BenchmarkPollFootprint(b *testing.B) {
+	dir := b.TempDir()
+	bin := filepath.Join(dir, "drainctl")
+	build := exec.Command("go", "build", "-tags", "nethttpomithttp2", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("build: %v\n%s", err, out)
+	}
+	fi, err := os.Stat(bin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var polls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		polls.Add(1)
+		fmt.Fprint(w, "# TYPE tomcat_sessions_active_current_sessions gauge\ntomcat_sessions_active_current_sessions{name=\"app\"} 3\n")
+	}))
+	defer srv.Close()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		polls.Store(0)
+		cmd := exec.Command(bin, "wait", "--url", srv.URL, "--format", "prometheus",
+			"--metric", `tomcat_sessions_active_current_sessions{name="app"}`,
+			"--interval", "20ms", "--min-wait", "0s", "--max-wait", "3s", "--log-file", filepath.Join(dir, "log"))
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		var hwm int64
+		deadline := time.Now().Add(2500 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+			for _, line := range strings.Split(string(status), "\n") {
+				var kb int64
+				if _, err := fmt.Sscanf(line, "VmHWM: %d kB", &kb); err == nil && kb > hwm {
+					hwm = kb
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		_ = cmd.Wait()
+		ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		b.ReportMetric(float64(hwm)/1024, "peak-RSS-MiB")
+		b.ReportMetric(float64(cpu.Microseconds())/float64(polls.Load()), "cpu-µs/poll")
+		b.ReportMetric(float64(polls.Load()), "polls")
+	}
+	b.ReportMetric(float64(fi.Size())/(1<<20), "binary-MiB")
+}

@@ -145,7 +145,7 @@ func Wait(ctx context.Context, cfg Config) Result {
 	if cfg.Counter == nil {
 		log.Log(fmt.Sprintf("timed drain: no session-count URL, waiting %s", maxWait), "event", "start", "max_wait", maxWait)
 	} else {
-		log.Log(fmt.Sprintf("draining: polling %s every %s, until %v sessions or %s (min-wait %s)",
+		log.Log(fmt.Sprintf("drain started: polling %s every %s, until %v sessions or %s (min-wait %s)",
 			cfg.URL, cfg.Interval, cfg.Target, maxWait, cfg.MinWait), "event", "start", "url", cfg.URL, "max_wait", maxWait)
 	}
 

@@ -58,8 +58,10 @@ func TestWait(t *testing.T) {
 		{
 			name:  "reads again at min-wait: sessions that arrived before the LB drain keep it waiting",
 			steps: []step{{n: 0}, {n: 3}},
-			mod:   func(w *params.Wait) { w.MinWait, w.Interval, w.MaxWait = 100*time.Millisecond, time.Hour, 300*time.Millisecond },
-			want:  MaxWaitReached, polls: 2,
+			mod: func(w *params.Wait) {
+				w.MinWait, w.Interval, w.MaxWait = 100*time.Millisecond, time.Hour, 300*time.Millisecond
+			},
+			want: MaxWaitReached, polls: 2,
 		},
 		{name: "gives up at max-wait", steps: []step{{n: 9}}, mod: func(w *params.Wait) { w.MaxWait = 100 * time.Millisecond }, want: MaxWaitReached},
 		{name: "ends unreachable after the limit of failures in a row", steps: []step{{n: 3}, {err: failed}, {err: failed}, {err: failed}},

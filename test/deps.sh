@@ -5,6 +5,10 @@ set -euo pipefail
 
 need=()
 command -v ip >/dev/null || need+=(iproute2)
+# test/podhost: nsenter, unshare and mount run each container in its namespaces.
+for c in nsenter unshare mount; do
+	command -v "$c" >/dev/null || { need+=(util-linux mount); break; }
+done
 
 if ((${#need[@]})); then
 	if [[ $(id -u) -ne 0 ]]; then

@@ -324,6 +324,7 @@ func (c *Cluster) Stop() error {
 			if err := os.RemoveAll(c.Dir); err != nil {
 				errs = append(errs, fmt.Errorf("removing run directory: %w", err))
 			}
+			_ = os.Remove(filepath.Dir(c.Dir)) // the shared root, once empty
 		}
 		if c.watchdog != nil && c.watchdog.Process != nil {
 			_ = c.watchdog.Process.Kill()

@@ -51,6 +51,7 @@ type pod struct {
 	message    string
 	exits      chan *ctr
 	probes     chan probeResult
+	restarts   chan *ctr
 }
 
 // probeResult is a readiness change, applied by the pod's own goroutine.
@@ -75,7 +76,7 @@ func newPod(h *Host, obj *corev1.Pod) *pod {
 	return &pod{
 		h: h, name: obj.Name, ns: obj.Namespace, obj: obj.DeepCopy(),
 		deleting: make(chan struct{}), gone: make(chan struct{}),
-		phase: corev1.PodPending, exits: make(chan *ctr, 16), probes: make(chan probeResult, 16),
+		phase: corev1.PodPending, exits: make(chan *ctr, 16), probes: make(chan probeResult, 16), restarts: make(chan *ctr, 16),
 	}
 }
 
@@ -203,6 +204,8 @@ func (p *pod) run(ctx context.Context) {
 			return
 		case c := <-p.exits:
 			p.exited(ctx, c)
+		case c := <-p.restarts:
+			p.restart(ctx, c)
 		case r := <-p.probes:
 			r.c.ready = r.ready
 			p.pushStatus(ctx)
@@ -414,16 +417,27 @@ func (p *pod) exited(ctx context.Context, c *ctr) {
 		return
 	}
 	p.pushStatus(ctx)
+	// The back-off runs beside the pod's loop, which goes on applying
+	// probe results and watching for deletion meanwhile.
 	backoff := min(time.Duration(1<<min(c.restarts, 4))*time.Second, 10*time.Second)
 	p.event(c.spec.Name, StepRestarting, -1, backoff.String())
-	select {
-	case <-time.After(backoff):
-	case <-p.deleting:
-		p.terminate(ctx)
-		return
-	case <-p.gone:
-		return
-	}
+	go func() {
+		select {
+		case <-time.After(backoff):
+			select {
+			case p.restarts <- c:
+			case <-p.deleting:
+			case <-p.gone:
+			case <-ctx.Done():
+			}
+		case <-p.deleting:
+		case <-p.gone:
+		case <-ctx.Done():
+		}
+	}()
+}
+
+func (p *pod) restart(ctx context.Context, c *ctr) {
 	c.restarts++
 	c.lastTerm, c.term = c.term, nil
 	p.startCtr(ctx, c)

@@ -378,13 +378,15 @@ func TestProbesRestartsAndStatus(t *testing.T) {
 	e.step(t, pod.Name, "crasher", podhost.StepRestarting)
 
 	var got corev1.Pod
-	eventually(t, ctx, "status with a restarted crasher", func() bool {
+	// Caught between restarts (the back-off grows: 1s, 2s, 4s…): the
+	// crasher is terminated, restarted at least once before, and not ready.
+	eventually(t, ctx, "status with a crasher terminated after a restart", func() bool {
 		if err := e.c.Client.Get(ctx, client.ObjectKeyFromObject(pod), &got); err != nil {
 			return false
 		}
 		for _, cs := range got.Status.ContainerStatuses {
-			if cs.Name == "crasher" && cs.RestartCount >= 1 && cs.LastTerminationState.Terminated != nil {
-				return cs.LastTerminationState.Terminated.ExitCode == 3
+			if cs.Name == "crasher" && cs.RestartCount >= 1 && cs.State.Terminated != nil && cs.LastTerminationState.Terminated != nil {
+				return cs.State.Terminated.ExitCode == 3 && cs.LastTerminationState.Terminated.ExitCode == 3
 			}
 		}
 		return false

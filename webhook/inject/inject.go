@@ -1,0 +1,438 @@
+// Package inject is the webhook's pure core: given a pod and its
+// Namespace's labels and annotations, it adds the drain — the preStop hook
+// running `drainctl wait`, the volumes and mounts it needs, the init
+// container that delivers drainctl, a long enough grace period.
+//
+// Promises: Inject is idempotent (a second pass changes nothing); it never
+// lowers terminationGracePeriodSeconds; it never replaces a preStop hook it
+// did not write, unless asked to keep it; it leaves containers other than
+// the target alone; names it adds never collide with the pod's own.
+package inject
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	"github.com/stickydrain/stickydrain/drainctl/params"
+)
+
+// Where the injected pieces go in the pod.
+const (
+	BinVolume       = "stickydrain-bin"
+	PodinfoVolume   = "stickydrain-podinfo"
+	InitContainer   = "stickydrain-install"
+	BinDir          = "/stickydrain/bin"
+	PodinfoDir      = "/etc/stickydrain/podinfo"
+	PodinfoFile     = PodinfoDir + "/annotations"
+	DefaultImageBin = "/usr/local/bin/drainctl"
+	// InstallerPath is where the stickydrain image holds drainctl.
+	InstallerPath = "/drainctl"
+
+	StatusInjected = "injected"
+
+	DefaultShutdownMargin = 30 * time.Second
+)
+
+// Reason says why a pod was or was not mutated: metric labels and logs.
+type Reason string
+
+// Reasons.
+const (
+	ReasonInjected        Reason = "injected"
+	ReasonNotOptedIn      Reason = "not-opted-in"
+	ReasonOptedOut        Reason = "opted-out"
+	ReasonAlreadyInjected Reason = "already-injected"
+	ReasonInvalid         Reason = "invalid"
+)
+
+// Config is what the webhook's flags set.
+type Config struct {
+	// DrainctlImage is the image of the init container that installs
+	// drainctl (it holds the static binary at InstallerPath).
+	DrainctlImage string
+}
+
+// BindFlags registers the config's flags.
+func (c *Config) BindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.DrainctlImage, "drainctl-image", c.DrainctlImage, "`image` of the init container that installs drainctl into opted-in pods")
+}
+
+// Validate checks the config.
+func (c *Config) Validate() error {
+	if c.DrainctlImage == "" {
+		return errors.New("--drainctl-image is required, e.g. ghcr.io/stickydrain/drainctl:v0.1.0")
+	}
+	return nil
+}
+
+// Error is a bad parameter: it names the annotation and the accepted form.
+type Error struct {
+	Annotation string
+	Value      string
+	Problem    string
+}
+
+func (e *Error) Error() string {
+	if e.Value == "" && e.Annotation != "" {
+		return fmt.Sprintf("annotation %s: %s", e.Annotation, e.Problem)
+	}
+	if e.Annotation == "" {
+		return e.Problem
+	}
+	return fmt.Sprintf("annotation %s=%q: %s", e.Annotation, e.Value, e.Problem)
+}
+
+// OptedIn reports whether a pod with these labels in a Namespace with
+// nsLabels takes part, and the reason when it does not.
+func OptedIn(podLabels, nsLabels map[string]string) (bool, Reason) {
+	switch podLabels[OptInLabel] {
+	case LabelEnabled:
+		return true, ""
+	case LabelDisabled:
+		return false, ReasonOptedOut
+	}
+	if nsLabels[OptInLabel] == LabelEnabled {
+		return true, ""
+	}
+	return false, ReasonNotOptedIn
+}
+
+// Namespace is what Inject reads of the pod's Namespace.
+type Namespace struct {
+	Labels      map[string]string
+	Annotations map[string]string
+}
+
+// Inject adds the drain to pod in place. It returns ReasonInjected when it
+// changed the pod, another Reason when it left it alone, or an *Error (or
+// several, joined) when a parameter is bad.
+func Inject(pod *corev1.Pod, ns Namespace, cfg Config) (Reason, error) {
+	if ok, why := OptedIn(pod.Labels, ns.Labels); !ok {
+		return why, nil
+	}
+	if pod.Annotations[AnnotationStatus] == StatusInjected || carriesDrain(&pod.Spec) {
+		return ReasonAlreadyInjected, nil
+	}
+	get := func(key string) (string, bool) {
+		if v, ok := pod.Annotations[key]; ok {
+			return v, true
+		}
+		v, ok := ns.Annotations[key]
+		return v, ok
+	}
+	plan, err := Resolve(&pod.Spec, get)
+	if err != nil {
+		return ReasonInvalid, err
+	}
+	if err := apply(pod, plan, cfg); err != nil {
+		return ReasonInvalid, err
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[AnnotationStatus] = StatusInjected
+	return ReasonInjected, nil
+}
+
+// Plan is what the parameters resolve to for one pod spec.
+type Plan struct {
+	Container   int // index in spec.Containers
+	InjectBin   bool
+	DrainctlBin string
+	WaitArgs    []string
+	Keep        []string // an existing exec preStop to run first
+	Grace       int64    // the least terminationGracePeriodSeconds
+}
+
+// Resolve reads the parameters (get looks one up: the pod's annotation,
+// else its Namespace's) and checks them against the spec. Every problem is
+// reported, each naming its annotation.
+func Resolve(spec *corev1.PodSpec, get func(string) (string, bool)) (*Plan, error) {
+	var errs []error
+	bad := func(key, val, problem string) {
+		errs = append(errs, &Error{Annotation: key, Value: val, Problem: problem})
+	}
+
+	w := params.NewWait()
+	fs := w.FlagSet()
+	for _, f := range drainctlFlags {
+		key := Prefix + f
+		if v, ok := get(key); ok {
+			if err := fs.Set(f, v); err != nil {
+				bad(key, "", strings.TrimPrefix(err.Error(), fmt.Sprintf("invalid value %q for flag -%s: ", v, f)))
+			}
+		}
+	}
+	if err := fs.Set(params.FlagPodinfo, PodinfoFile); err != nil {
+		return nil, err
+	}
+	if len(errs) == 0 {
+		if err := w.Validate(); err != nil {
+			// The combination messages name flags; name the annotations.
+			msg := flagRE.ReplaceAllStringFunc(err.Error(), func(f string) string {
+				if slices.Contains(drainctlFlags, f[2:]) {
+					return Prefix + f[2:]
+				}
+				return f
+			})
+			for _, line := range strings.Split(msg, "\n") {
+				errs = append(errs, &Error{Problem: "annotations: " + line})
+			}
+		}
+	}
+
+	plan := &Plan{InjectBin: true, DrainctlBin: BinDir + "/drainctl"}
+	switch v, _ := get(AnnotationDrainctl); v {
+	case "", "inject":
+	case "image":
+		plan.InjectBin = false
+		plan.DrainctlBin = DefaultImageBin
+		if p, ok := get(AnnotationDrainctlPath); ok {
+			if !strings.HasPrefix(p, "/") {
+				bad(AnnotationDrainctlPath, p, "want an absolute path, e.g. /usr/local/bin/drainctl")
+			} else {
+				plan.DrainctlBin = p
+			}
+		}
+	default:
+		bad(AnnotationDrainctl, v, `want "inject" (an init container delivers drainctl) or "image" (it is in the image)`)
+	}
+
+	margin := DefaultShutdownMargin
+	if v, ok := get(AnnotationShutdownMargin); ok {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			bad(AnnotationShutdownMargin, v, "want a duration of 0 or more, e.g. 30s")
+		} else {
+			margin = d
+		}
+	}
+	keep := false
+	if v, ok := get(AnnotationKeepPreStop); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			bad(AnnotationKeepPreStop, v, `want "true" or "false"`)
+		}
+		keep = b
+	}
+
+	plan.Container = -1
+	if len(spec.Containers) == 0 {
+		errs = append(errs, &Error{Problem: "the pod has no containers"})
+	} else if name, ok := get(AnnotationContainer); ok {
+		for i, c := range spec.Containers {
+			if c.Name == name {
+				plan.Container = i
+			}
+		}
+		if plan.Container < 0 {
+			bad(AnnotationContainer, name, "no container of that name; want one of "+containerNames(spec))
+		}
+	} else {
+		plan.Container = 0
+		if name, ok := get(DefaultContainerAnnotation); ok {
+			for i, c := range spec.Containers {
+				if c.Name == name {
+					plan.Container = i
+				}
+			}
+		}
+	}
+
+	if plan.Container >= 0 {
+		c := spec.Containers[plan.Container]
+		if h := preStop(c); h != nil && !plan.ours(h) {
+			switch {
+			case !keep:
+				errs = append(errs, &Error{Annotation: AnnotationKeepPreStop, Problem: fmt.Sprintf(
+					"container %q already has a preStop hook; stickydrain will not replace it: remove it, or set %s=true to run it (exec hooks only) before the drain", c.Name, AnnotationKeepPreStop)})
+			case h.Exec == nil || len(h.Exec.Command) == 0:
+				errs = append(errs, &Error{Annotation: AnnotationKeepPreStop, Value: "true", Problem: fmt.Sprintf(
+					"container %q has a preStop hook that is not exec; only an exec hook can be kept (drainctl runs it first)", c.Name)})
+			default:
+				plan.Keep = append([]string(nil), h.Exec.Command...)
+			}
+		}
+		ours := []string{PodinfoDir}
+		if plan.InjectBin {
+			ours = append(ours, BinDir)
+		}
+		for _, m := range c.VolumeMounts {
+			for _, dir := range ours {
+				if overlaps(m.MountPath, dir) {
+					errs = append(errs, &Error{Problem: fmt.Sprintf("container %q mounts volume %s at %s, inside %s where stickydrain mounts its own", c.Name, m.Name, m.MountPath, dir)})
+				}
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	plan.WaitArgs = params.Args(fs)
+	plan.Grace = int64((w.MaxWait + w.MinWait + margin + time.Second - 1) / time.Second)
+	return plan, nil
+}
+
+func (p *Plan) ours(h *corev1.LifecycleHandler) bool {
+	return h.Exec != nil && len(h.Exec.Command) >= 2 && h.Exec.Command[0] == p.DrainctlBin && h.Exec.Command[1] == "wait"
+}
+
+// carriesDrain recognises a pod mutated before even when its status
+// annotation was lost: a container whose preStop is `drainctl wait` with
+// stickydrain's podinfo mount.
+func carriesDrain(spec *corev1.PodSpec) bool {
+	for _, c := range spec.Containers {
+		h := preStop(c)
+		if h == nil || h.Exec == nil || len(h.Exec.Command) < 2 || path.Base(h.Exec.Command[0]) != "drainctl" || h.Exec.Command[1] != "wait" {
+			continue
+		}
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == PodinfoDir {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// overlaps reports whether the user's mount path is ours or lies below
+// it (a mount above ours is fine: ours nests inside it).
+func overlaps(user, ours string) bool {
+	return strings.HasPrefix(strings.TrimSuffix(user, "/")+"/", strings.TrimSuffix(ours, "/")+"/")
+}
+
+var flagRE = regexp.MustCompile(`--[a-z][a-z-]*`)
+
+func preStop(c corev1.Container) *corev1.LifecycleHandler {
+	if c.Lifecycle == nil {
+		return nil
+	}
+	return c.Lifecycle.PreStop
+}
+
+func containerNames(spec *corev1.PodSpec) string {
+	var names []string
+	for _, c := range spec.Containers {
+		names = append(names, c.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// apply changes the pod as the plan says. Additions are append-if-absent.
+func apply(pod *corev1.Pod, plan *Plan, cfg Config) error {
+	spec := &pod.Spec
+	binVol := uniqueVolume(spec, BinVolume)
+	podinfoVol := uniqueVolume(spec, PodinfoVolume)
+
+	if plan.InjectBin {
+		if cfg.DrainctlImage == "" {
+			return errors.New("the webhook has no --drainctl-image")
+		}
+		addVolume(spec, corev1.Volume{Name: binVol, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			SizeLimit: ptr.To(resource.MustParse("32Mi")),
+		}}})
+		initName := uniqueContainer(spec, InitContainer)
+		spec.InitContainers = append(spec.InitContainers, corev1.Container{
+			Name:            initName,
+			Image:           cfg.DrainctlImage,
+			ImagePullPolicy: corev1.PullIfNotPresent,
+			Command:         []string{InstallerPath, "install", BinDir},
+			VolumeMounts:    []corev1.VolumeMount{{Name: binVol, MountPath: BinDir}},
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")},
+			},
+			SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: ptr.To(false),
+				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				RunAsNonRoot:             ptr.To(true),
+				RunAsUser:                ptr.To[int64](65532),
+				RunAsGroup:               ptr.To[int64](65532),
+				ReadOnlyRootFilesystem:   ptr.To(true),
+				SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		})
+	}
+	addVolume(spec, corev1.Volume{Name: podinfoVol, VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+		Items: []corev1.DownwardAPIVolumeFile{{Path: "annotations", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations"}}},
+	}}})
+
+	c := &spec.Containers[plan.Container]
+	if plan.InjectBin {
+		addMount(c, corev1.VolumeMount{Name: binVol, MountPath: BinDir, ReadOnly: true})
+	}
+	addMount(c, corev1.VolumeMount{Name: podinfoVol, MountPath: PodinfoDir, ReadOnly: true})
+	cmd := append([]string{plan.DrainctlBin, "wait"}, plan.WaitArgs...)
+	if len(plan.Keep) > 0 {
+		cmd = append(append(cmd, "--"), plan.Keep...)
+	}
+	if c.Lifecycle == nil {
+		c.Lifecycle = &corev1.Lifecycle{}
+	}
+	c.Lifecycle.PreStop = &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: cmd}}
+
+	if cur := ptr.Deref(spec.TerminationGracePeriodSeconds, corev1.DefaultTerminationGracePeriodSeconds); cur < plan.Grace {
+		spec.TerminationGracePeriodSeconds = ptr.To(plan.Grace)
+	}
+	return nil
+}
+
+func uniqueVolume(spec *corev1.PodSpec, base string) string {
+	taken := map[string]bool{}
+	for _, v := range spec.Volumes {
+		taken[v.Name] = true
+	}
+	return unique(base, taken)
+}
+
+func uniqueContainer(spec *corev1.PodSpec, base string) string {
+	taken := map[string]bool{}
+	for _, c := range spec.Containers {
+		taken[c.Name] = true
+	}
+	for _, c := range spec.InitContainers {
+		taken[c.Name] = true
+	}
+	for _, c := range spec.EphemeralContainers {
+		taken[c.Name] = true
+	}
+	return unique(base, taken)
+}
+
+func unique(base string, taken map[string]bool) string {
+	name := base
+	for i := 2; taken[name]; i++ {
+		name = fmt.Sprintf("%s-%d", base, i)
+	}
+	return name
+}
+
+func addVolume(spec *corev1.PodSpec, v corev1.Volume) {
+	for _, x := range spec.Volumes {
+		if x.Name == v.Name {
+			return
+		}
+	}
+	spec.Volumes = append(spec.Volumes, v)
+}
+
+func addMount(c *corev1.Container, m corev1.VolumeMount) {
+	for _, x := range c.VolumeMounts {
+		if x.MountPath == m.MountPath {
+			return
+		}
+	}
+	c.VolumeMounts = append(c.VolumeMounts, m)
+}

@@ -1,0 +1,407 @@
+package inject
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"gomodules.xyz/jsonpatch/v2"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden patch files in testdata")
+
+var cfg = Config{DrainctlImage: "ghcr.io/stickydrain/drainctl:test"}
+
+var optedNS = Namespace{Labels: map[string]string{OptInLabel: LabelEnabled}}
+
+func basePod(mod ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "shop", Annotations: map[string]string{
+			AnnotationURL: "http://localhost:8080/manager/text/list", AnnotationContext: "/app", AnnotationMaxWait: "12h",
+		}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "tomcat", Image: "tomcat:10"}}},
+	}
+	for _, m := range mod {
+		m(p)
+	}
+	return p
+}
+
+func prestop(p *corev1.Pod, i int) []string {
+	c := p.Spec.Containers[i]
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Exec == nil {
+		return nil
+	}
+	return c.Lifecycle.PreStop.Exec.Command
+}
+
+func TestInject(t *testing.T) {
+	tests := []struct {
+		name   string
+		pod    *corev1.Pod
+		ns     Namespace
+		reason Reason
+		check  func(t *testing.T, p *corev1.Pod)
+		errHas []string
+	}{
+		{
+			name: "leaves a pod alone when neither it nor its namespace opted in",
+			pod:  basePod(), ns: Namespace{}, reason: ReasonNotOptedIn,
+		},
+		{
+			name: "leaves a pod alone that opts out of an opted-in namespace",
+			pod:  basePod(func(p *corev1.Pod) { p.Labels = map[string]string{OptInLabel: LabelDisabled} }), ns: optedNS, reason: ReasonOptedOut,
+		},
+		{
+			name: "injects a pod opted in by its own label",
+			pod:  basePod(func(p *corev1.Pod) { p.Labels = map[string]string{OptInLabel: LabelEnabled} }), ns: Namespace{}, reason: ReasonInjected,
+		},
+		{
+			name: "builds the preStop from the annotations with drainctl's flags",
+			pod:  basePod(), ns: optedNS, reason: ReasonInjected,
+			check: func(t *testing.T, p *corev1.Pod) {
+				want := []string{"/stickydrain/bin/drainctl", "wait", "--context=/app", "--max-wait=12h0m0s",
+					"--podinfo=/etc/stickydrain/podinfo/annotations", "--url=http://localhost:8080/manager/text/list"}
+				if diff := cmp.Diff(want, prestop(p, 0)); diff != "" {
+					t.Errorf("preStop (-want +got):\n%s", diff)
+				}
+			},
+		},
+		{
+			name:   "falls back to the namespace's annotations",
+			pod:    basePod(func(p *corev1.Pod) { delete(p.Annotations, AnnotationMaxWait) }),
+			ns:     Namespace{Labels: optedNS.Labels, Annotations: map[string]string{AnnotationMaxWait: "2h", AnnotationInterval: "30s"}},
+			reason: ReasonInjected,
+			check: func(t *testing.T, p *corev1.Pod) {
+				got := strings.Join(prestop(p, 0), " ")
+				if !strings.Contains(got, "--max-wait=2h0m0s") || !strings.Contains(got, "--interval=30s") {
+					t.Errorf("preStop %q lacks the namespace's max-wait and interval", got)
+				}
+			},
+		},
+		{
+			name: "raises a short grace period to max-wait + min-wait + margin",
+			pod:  basePod(), ns: optedNS, reason: ReasonInjected,
+			check: func(t *testing.T, p *corev1.Pod) {
+				if g := ptr.Deref(p.Spec.TerminationGracePeriodSeconds, 0); g != 12*3600+10+30 {
+					t.Errorf("grace %d, want %d", g, 12*3600+10+30)
+				}
+			},
+		},
+		{
+			name: "keeps a larger existing grace period",
+			pod:  basePod(func(p *corev1.Pod) { p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](86400) }), ns: optedNS, reason: ReasonInjected,
+			check: func(t *testing.T, p *corev1.Pod) {
+				if g := *p.Spec.TerminationGracePeriodSeconds; g != 86400 {
+					t.Errorf("grace lowered to %d", g)
+				}
+			},
+		},
+		{
+			name: "adds the shutdown margin from its annotation",
+			pod: basePod(func(p *corev1.Pod) {
+				p.Annotations[AnnotationShutdownMargin] = "2m"
+				p.Annotations[AnnotationMinWait] = "0s"
+				p.Annotations[AnnotationMaxWait] = "10m"
+			}), ns: optedNS, reason: ReasonInjected,
+			check: func(t *testing.T, p *corev1.Pod) {
+				if g := *p.Spec.TerminationGracePeriodSeconds; g != 720 {
+					t.Errorf("grace %d, want 720", g)
+				}
+			},
+		},
+		{
+			name: "hooks the default-container, not the first",
+			pod: basePod(func(p *corev1.Pod) {
+				p.Annotations[DefaultContainerAnnotation] = "app"
+				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "app", Image: "app"})
+			}), ns: optedNS, reason: ReasonInjected,
+			check: func(t *testing.T, p *corev1.Pod) {
+				if prestop(p, 0) != nil || prestop(p, 1) == nil {
+					t.Error("the hook is not on the default container alone")
+				}
+				if len(p.Spec.Containers[0].VolumeMounts) != 0 {
+					t.Error("the other container got mounts")
+				}
+			},
+		},
+		{
+			name: "hooks the container named by its annotation",
+			pod: basePod(func(p *corev1.Pod) {
+				p.Annotations[AnnotationContainer] = "app"
+				p.Annotations[DefaultContainerAnnotation] = "tomcat"
+				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "app", Image: "app"})
+			}), ns: optedNS, reason: ReasonInjected,
+			check: func(t *testing.T, p *corev1.Pod) {
+				if prestop(p, 1) == nil || prestop(p, 0) != nil {
+					t.Error("the hook is not on the named container")
+				}
+			},
+		},
+		{
+			name: "uses drainctl from the image without an init container",
+			pod: basePod(func(p *corev1.Pod) {
+				p.Annotations[AnnotationDrainctl] = "image"
+				p.Annotations[AnnotationDrainctlPath] = "/opt/bin/drainctl"
+			}), ns: optedNS, reason: ReasonInjected,
+			check: func(t *testing.T, p *corev1.Pod) {
+				if len(p.Spec.InitContainers) != 0 {
+					t.Error("an init container was added in image mode")
+				}
+				if got := prestop(p, 0)[0]; got != "/opt/bin/drainctl" {
+					t.Errorf("preStop runs %q", got)
+				}
+				if len(p.Spec.Volumes) != 1 || p.Spec.Volumes[0].Name != PodinfoVolume {
+					t.Errorf("volumes %+v, want only the podinfo volume", p.Spec.Volumes)
+				}
+			},
+		},
+		{
+			name: "avoids the names of the pod's own volumes and containers",
+			pod: basePod(func(p *corev1.Pod) {
+				p.Spec.Volumes = []corev1.Volume{{Name: BinVolume}, {Name: PodinfoVolume}}
+				p.Spec.InitContainers = []corev1.Container{{Name: InitContainer, Image: "x"}}
+			}), ns: optedNS, reason: ReasonInjected,
+			check: func(t *testing.T, p *corev1.Pod) {
+				names := map[string]int{}
+				for _, v := range p.Spec.Volumes {
+					names[v.Name]++
+				}
+				for _, c := range p.Spec.InitContainers {
+					names[c.Name]++
+				}
+				for n, k := range names {
+					if k > 1 {
+						t.Errorf("name %s used %d times", n, k)
+					}
+				}
+				if p.Spec.InitContainers[1].Name != InitContainer+"-2" || p.Spec.InitContainers[0].Image != "x" {
+					t.Errorf("init containers %+v", p.Spec.InitContainers)
+				}
+			},
+		},
+		{
+			name: "keeps an exec preStop when asked, running it first",
+			pod: basePod(func(p *corev1.Pod) {
+				p.Annotations[AnnotationKeepPreStop] = "true"
+				p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/flush", "--all"}}}}
+			}), ns: optedNS, reason: ReasonInjected,
+			check: func(t *testing.T, p *corev1.Pod) {
+				cmd := prestop(p, 0)
+				if n := len(cmd); n < 3 || cmd[n-3] != "--" || cmd[n-2] != "/bin/flush" || cmd[n-1] != "--all" {
+					t.Errorf("preStop %q does not end with -- /bin/flush --all", cmd)
+				}
+			},
+		},
+		{
+			name: "refuses to replace an existing preStop",
+			pod: basePod(func(p *corev1.Pod) {
+				p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/flush"}}}}
+			}), ns: optedNS, reason: ReasonInvalid,
+			errHas: []string{`container "tomcat" already has a preStop hook`, "stickydrain.io/keep-prestop=true"},
+		},
+		{
+			name: "refuses to keep an httpGet preStop",
+			pod: basePod(func(p *corev1.Pod) {
+				p.Annotations[AnnotationKeepPreStop] = "true"
+				p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/stop"}}}
+			}), ns: optedNS, reason: ReasonInvalid, errHas: []string{"only an exec hook can be kept"},
+		},
+		{
+			name: "names every bad annotation and its accepted form",
+			pod: basePod(func(p *corev1.Pod) {
+				p.Annotations[AnnotationMaxWait] = "12"
+				p.Annotations[AnnotationFormat] = "xml"
+				p.Annotations[AnnotationDrainctl] = "sidecar"
+				p.Annotations[AnnotationShutdownMargin] = "soon"
+				p.Annotations[AnnotationContainer] = "nope"
+			}), ns: optedNS, reason: ReasonInvalid,
+			errHas: []string{
+				`annotation stickydrain.io/max-wait: "12" is not a duration; want a number with a unit`,
+				`annotation stickydrain.io/format: "xml" is not one of auto|number|json|prometheus|tomcat-list|tomcat-sessions|match`,
+				`annotation stickydrain.io/drainctl="sidecar": want "inject"`,
+				`annotation stickydrain.io/shutdown-margin="soon": want a duration`,
+				`annotation stickydrain.io/container="nope": no container of that name; want one of tomcat`,
+			},
+		},
+		{
+			name: "names the annotations of a bad combination",
+			pod:  basePod(func(p *corev1.Pod) { p.Annotations[AnnotationMinWait] = "13h" }), ns: optedNS, reason: ReasonInvalid,
+			errHas: []string{"stickydrain.io/min-wait 13h0m0s is longer than stickydrain.io/max-wait 12h0m0s"},
+		},
+		{
+			name: "refuses a user mount inside stickydrain's mount path",
+			pod: basePod(func(p *corev1.Pod) {
+				p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/stickydrain/bin"}}
+			}), ns: optedNS, reason: ReasonInvalid, errHas: []string{"mounts volume data at /stickydrain/bin"},
+		},
+		{
+			name: "leaves an already injected pod alone",
+			pod:  basePod(func(p *corev1.Pod) { p.Annotations[AnnotationStatus] = StatusInjected }), ns: optedNS, reason: ReasonAlreadyInjected,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := tt.pod.DeepCopy()
+			reason, err := Inject(p, tt.ns, cfg)
+			if reason != tt.reason {
+				t.Errorf("reason %q, want %q (error %v)", reason, tt.reason, err)
+			}
+			if len(tt.errHas) > 0 {
+				if err == nil {
+					t.Fatal("no error")
+				}
+				for _, s := range tt.errHas {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("error lacks %q:\n%v", s, err)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Inject: %v", err)
+			}
+			if reason != ReasonInjected {
+				if diff := cmp.Diff(tt.pod, p); diff != "" {
+					t.Errorf("a pod left alone was changed (-before +after):\n%s", diff)
+				}
+				return
+			}
+			if tt.check != nil {
+				tt.check(t, p)
+			}
+		})
+	}
+}
+
+// TestInjectIsIdempotent: a second pass (reinvocation) changes nothing,
+// also when the status annotation was lost on the way.
+func TestInjectIsIdempotent(t *testing.T) {
+	p := basePod(func(p *corev1.Pod) {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "sidecar", Image: "envoy"})
+		p.Spec.Volumes = []corev1.Volume{{Name: "data"}}
+	})
+	if _, err := Inject(p, optedNS, cfg); err != nil {
+		t.Fatal(err)
+	}
+	once := p.DeepCopy()
+	if r, err := Inject(p, optedNS, cfg); err != nil || r != ReasonAlreadyInjected {
+		t.Fatalf("second pass: %v %v", r, err)
+	}
+	if diff := cmp.Diff(once, p); diff != "" {
+		t.Errorf("second pass changed the pod:\n%s", diff)
+	}
+	delete(p.Annotations, AnnotationStatus)
+	lost := p.DeepCopy()
+	if r, err := Inject(p, optedNS, cfg); err != nil || r != ReasonAlreadyInjected {
+		t.Fatalf("a pass over a mutated pod that lost its status annotation: %v %v", r, err)
+	}
+	if diff := cmp.Diff(lost, p); diff != "" {
+		t.Errorf("a pass without the status annotation changed the pod:\n%s", diff)
+	}
+}
+
+// TestInitContainerPassesRestricted checks the fields the Pod Security
+// Standard "restricted" requires of every container.
+func TestInitContainerPassesRestricted(t *testing.T) {
+	p := basePod()
+	if _, err := Inject(p, optedNS, cfg); err != nil {
+		t.Fatal(err)
+	}
+	sc := p.Spec.InitContainers[0].SecurityContext
+	if sc == nil || !ptr.Deref(sc.RunAsNonRoot, false) || ptr.Deref(sc.AllowPrivilegeEscalation, true) ||
+		sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" ||
+		sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault || ptr.Deref(sc.RunAsUser, 0) == 0 {
+		t.Errorf("init container security context does not meet restricted: %+v", sc)
+	}
+	r := p.Spec.InitContainers[0].Resources
+	if r.Requests.Cpu().MilliValue() > 50 || r.Requests.Memory().Value() > 32<<20 {
+		t.Errorf("init container requests are not tiny: %v", r.Requests)
+	}
+}
+
+// TestGoldenPatches keeps the JSON patch of representative pods in
+// testdata; `go test ./webhook/inject -update` rewrites them.
+func TestGoldenPatches(t *testing.T) {
+	cases := map[string]*corev1.Pod{
+		"tomcat-list": basePod(),
+		"spring-actuator-two-containers": basePod(func(p *corev1.Pod) {
+			p.Annotations = map[string]string{AnnotationURL: "http://localhost:8080/actuator/metrics/tomcat.sessions.active.current", DefaultContainerAnnotation: "app"}
+			p.Spec.Containers = []corev1.Container{{Name: "envoy", Image: "envoy"}, {Name: "app", Image: "spring", VolumeMounts: []corev1.VolumeMount{{Name: "cfg", MountPath: "/config"}}}}
+			p.Spec.Volumes = []corev1.Volume{{Name: "cfg"}}
+		}),
+		"kept-prestop-image-mode": basePod(func(p *corev1.Pod) {
+			p.Annotations[AnnotationKeepPreStop] = "true"
+			p.Annotations[AnnotationDrainctl] = "image"
+			p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/sh", "-c", "sleep 5"}}}}
+		}),
+	}
+	for name, pod := range cases {
+		t.Run(name, func(t *testing.T) {
+			before, _ := json.Marshal(pod)
+			p := pod.DeepCopy()
+			if _, err := Inject(p, optedNS, cfg); err != nil {
+				t.Fatal(err)
+			}
+			after, _ := json.Marshal(p)
+			ops, err := jsonpatch.CreatePatch(before, after)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := json.MarshalIndent(ops, "", "  ")
+			got = append(got, '\n')
+			path := filepath.Join("testdata", name+".patch.json")
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			// Patch order from CreatePatch is not stable; compare as sets.
+			var w, g []jsonpatch.Operation
+			_ = json.Unmarshal(want, &w)
+			_ = json.Unmarshal(got, &g)
+			if diff := cmp.Diff(asSet(w), asSet(g)); diff != "" {
+				t.Errorf("patch differs from %s (-want +got):\n%s", path, diff)
+			}
+		})
+	}
+}
+
+func asSet(ops []jsonpatch.Operation) map[string]string {
+	m := map[string]string{}
+	for _, o := range ops {
+		v, _ := json.Marshal(o.Value)
+		m[o.Operation+" "+o.Path] = string(v)
+	}
+	return m
+}
+
+// FuzzResolve: no annotation value makes parameter resolution panic, and a
+// resolved plan always has a grace period covering max-wait.
+func FuzzResolve(f *testing.F) {
+	f.Add("12h", "10s", "tomcat-list", "30s", "true", "inject")
+	f.Add("-1s", "x", "json", "", "maybe", "image")
+	f.Fuzz(func(t *testing.T, maxWait, minWait, format, margin, keep, mode string) {
+		ann := map[string]string{AnnotationMaxWait: maxWait, AnnotationMinWait: minWait, AnnotationFormat: format,
+			AnnotationShutdownMargin: margin, AnnotationKeepPreStop: keep, AnnotationDrainctl: mode, AnnotationJSONPath: "a.0"}
+		spec := &corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}
+		plan, err := Resolve(spec, func(k string) (string, bool) { v, ok := ann[k]; return v, ok })
+		if err != nil {
+			return
+		}
+		if plan.Grace < 1 {
+			t.Fatalf("plan with grace %d", plan.Grace)
+		}
+	})
+}

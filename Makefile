@@ -31,9 +31,9 @@ build: ## Build every command that exists into ./bin (static, stripped).
 	# drainctl only talks HTTP/1.1 to its own pod: leaving out net/http's
 	# HTTP/2 keeps the binary copied into every pod under 8 MiB.
 	CGO_ENABLED=0 $(GO) build -tags nethttpomithttp2 -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/drainctl ./drainctl
-	@for part in webhook controller; do \
-	  if [ ! -f $$part/main.go ]; then echo "make build: $$part does not exist yet; skipped" >&2; fi; \
-	done
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/webhook ./webhook
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/stickydrain-certs ./certs/cmd/stickydrain-certs
+	@if [ ! -f controller/main.go ]; then echo "make build: controller does not exist yet; skipped" >&2; fi
 
 .PHONY: fmt
 fmt: ## Format all Go code with gofmt.
@@ -61,9 +61,11 @@ test-unit: ## Only the tests that need no control plane (-short).
 	$(GO) test -race -short -count=1 $(PKGS)
 
 .PHONY: fuzz
-fuzz: ## Fuzz drainctl's parsers for FUZZTIME each (default 30s).
-	@for f in $$($(GO) test -list '^Fuzz' ./drainctl/source | grep '^Fuzz'); do \
-	  $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-30s} ./drainctl/source || exit 1; \
+fuzz: ## Fuzz drainctl's parsers and the webhook's annotation parsing, FUZZTIME each (default 30s).
+	@for pkg in ./drainctl/source ./webhook/inject; do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-30s} $$pkg || exit 1; \
+	  done; \
 	done
 
 .PHONY: bench

@@ -1,0 +1,170 @@
+// Package admit adapts the pure mutation in webhook/inject to
+// controller-runtime's admission webhooks: a typed Defaulter for Pods and
+// Validators for the workloads that make pods, so that a bad parameter is
+// refused at `kubectl apply`, before any pod fails to be created.
+package admit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/stickydrain/stickydrain/webhook/inject"
+)
+
+// Metrics of the webhooks.
+type Metrics struct {
+	admissions *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+}
+
+// NewMetrics registers the webhook metrics with reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stickydrain_webhook_admissions_total",
+			Help: "Admission requests handled, by webhook, result (allowed, denied, error) and reason.",
+		}, []string{"webhook", "result", "reason"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "stickydrain_webhook_admission_duration_seconds",
+			Help:    "Time to decide one admission request, by webhook.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}, []string{"webhook"}),
+	}
+	for _, c := range []prometheus.Collector{m.admissions, m.duration} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering webhook metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) observe(webhook string, start time.Time, result string, reason inject.Reason) {
+	if m == nil {
+		return
+	}
+	m.admissions.WithLabelValues(webhook, result, string(reason)).Inc()
+	m.duration.WithLabelValues(webhook).Observe(time.Since(start).Seconds())
+}
+
+// namespaceOf reads a Namespace's labels and annotations.
+func namespaceOf(ctx context.Context, c client.Reader, name string) (inject.Namespace, error) {
+	var ns corev1.Namespace
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, &ns); err != nil {
+		return inject.Namespace{}, fmt.Errorf("reading namespace %s: %w", name, err)
+	}
+	return inject.Namespace{Labels: ns.Labels, Annotations: ns.Annotations}, nil
+}
+
+func requestNamespace(ctx context.Context, obj metav1.Object) string {
+	if req, err := admission.RequestFromContext(ctx); err == nil && req.Namespace != "" {
+		return req.Namespace
+	}
+	return obj.GetNamespace()
+}
+
+// PodDefaulter injects the drain into opted-in pods on CREATE.
+type PodDefaulter struct {
+	Client  client.Reader
+	Config  inject.Config
+	Metrics *Metrics
+}
+
+var _ admission.Defaulter[*corev1.Pod] = (*PodDefaulter)(nil)
+
+// Default mutates pod; an error denies its creation with the message.
+func (d *PodDefaulter) Default(ctx context.Context, pod *corev1.Pod) error {
+	start := time.Now()
+	log := logf.FromContext(ctx)
+	nsName := requestNamespace(ctx, pod)
+	ns, err := namespaceOf(ctx, d.Client, nsName)
+	if err != nil {
+		d.Metrics.observe("mutate-pod", start, "error", "namespace-unreadable")
+		return err
+	}
+	reason, err := inject.Inject(pod, ns, d.Config)
+	if err != nil {
+		d.Metrics.observe("mutate-pod", start, "denied", reason)
+		log.Info("refused pod", "namespace", nsName, "generateName", pod.GenerateName, "name", pod.Name, "error", err.Error())
+		return fmt.Errorf("stickydrain: %w", err)
+	}
+	d.Metrics.observe("mutate-pod", start, "allowed", reason)
+	log.V(1).Info("admitted pod", "namespace", nsName, "generateName", pod.GenerateName, "name", pod.Name, "reason", string(reason))
+	return nil
+}
+
+// WorkloadValidator refuses workloads whose pod template would be refused.
+type WorkloadValidator[T client.Object] struct {
+	Client   client.Reader
+	Config   inject.Config
+	Metrics  *Metrics
+	Kind     string
+	Template func(T) *corev1.PodTemplateSpec
+}
+
+// ValidateCreate checks the template of a new workload.
+func (v *WorkloadValidator[T]) ValidateCreate(ctx context.Context, obj T) (admission.Warnings, error) {
+	return nil, v.validate(ctx, obj)
+}
+
+// ValidateUpdate checks the template of a changed workload.
+func (v *WorkloadValidator[T]) ValidateUpdate(ctx context.Context, _, obj T) (admission.Warnings, error) {
+	return nil, v.validate(ctx, obj)
+}
+
+// ValidateDelete allows every deletion.
+func (v *WorkloadValidator[T]) ValidateDelete(context.Context, T) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func (v *WorkloadValidator[T]) validate(ctx context.Context, obj T) error {
+	start := time.Now()
+	name := "validate-" + v.Kind
+	ns, err := namespaceOf(ctx, v.Client, requestNamespace(ctx, obj))
+	if err != nil {
+		v.Metrics.observe(name, start, "error", "namespace-unreadable")
+		return err
+	}
+	tpl := v.Template(obj)
+	pod := &corev1.Pod{ObjectMeta: *tpl.ObjectMeta.DeepCopy(), Spec: *tpl.Spec.DeepCopy()}
+	reason, err := inject.Inject(pod, ns, v.Config)
+	if err != nil {
+		v.Metrics.observe(name, start, "denied", reason)
+		return fmt.Errorf("stickydrain: the pod template would be refused: %w", err)
+	}
+	v.Metrics.observe(name, start, "allowed", reason)
+	return nil
+}
+
+// Register adds the pod mutating webhook (/mutate--v1-pod) and the
+// workload validating webhooks (/validate-apps-v1-<kind>) to mgr.
+func Register(mgr manager.Manager, cfg inject.Config, m *Metrics) error {
+	c := mgr.GetClient()
+	errs := []error{
+		builder.WebhookManagedBy(mgr, &corev1.Pod{}).WithDefaulter(&PodDefaulter{Client: c, Config: cfg, Metrics: m}).Complete(),
+		builder.WebhookManagedBy(mgr, &appsv1.Deployment{}).WithValidator(&WorkloadValidator[*appsv1.Deployment]{
+			Client: c, Config: cfg, Metrics: m, Kind: "deployment",
+			Template: func(o *appsv1.Deployment) *corev1.PodTemplateSpec { return &o.Spec.Template }}).Complete(),
+		builder.WebhookManagedBy(mgr, &appsv1.StatefulSet{}).WithValidator(&WorkloadValidator[*appsv1.StatefulSet]{
+			Client: c, Config: cfg, Metrics: m, Kind: "statefulset",
+			Template: func(o *appsv1.StatefulSet) *corev1.PodTemplateSpec { return &o.Spec.Template }}).Complete(),
+		builder.WebhookManagedBy(mgr, &appsv1.ReplicaSet{}).WithValidator(&WorkloadValidator[*appsv1.ReplicaSet]{
+			Client: c, Config: cfg, Metrics: m, Kind: "replicaset",
+			Template: func(o *appsv1.ReplicaSet) *corev1.PodTemplateSpec { return &o.Spec.Template }}).Complete(),
+		builder.WebhookManagedBy(mgr, &appsv1.DaemonSet{}).WithValidator(&WorkloadValidator[*appsv1.DaemonSet]{
+			Client: c, Config: cfg, Metrics: m, Kind: "daemonset",
+			Template: func(o *appsv1.DaemonSet) *corev1.PodTemplateSpec { return &o.Spec.Template }}).Complete(),
+	}
+	return errors.Join(errs...)
+}

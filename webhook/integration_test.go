@@ -1,0 +1,356 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/stickydrain/stickydrain/certs"
+	"github.com/stickydrain/stickydrain/test/cluster"
+	"github.com/stickydrain/stickydrain/test/podhost"
+	"github.com/stickydrain/stickydrain/test/sessionapp"
+	"github.com/stickydrain/stickydrain/test/testbin"
+	"github.com/stickydrain/stickydrain/webhook/inject"
+)
+
+const drainctlImage = "ghcr.io/stickydrain/drainctl:test"
+
+var bins = testbin.New()
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	bins.Close()
+	os.Exit(code)
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startWebhook runs the real webhook binary with its real flags and a
+// certificate from certs/, and waits until it is ready.
+func startWebhook(t *testing.T, c *cluster.Cluster) (port, metricsPort int, caPEM []byte) {
+	t.Helper()
+	bin, err := bins.Build("github.com/stickydrain/stickydrain/webhook")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := certs.Generate(certs.Options{DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	certDir := t.TempDir()
+	if err := b.WriteDir(certDir); err != nil {
+		t.Fatal(err)
+	}
+	port, metricsPort, probePort := freePort(t), freePort(t), freePort(t)
+	cmd := exec.Command(bin, "--kubeconfig", c.KubeconfigPath, "--cert-dir", certDir,
+		"--port", strconv.Itoa(port), "--drainctl-image", drainctlImage,
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", metricsPort),
+		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", probePort))
+	logPath := filepath.Join(t.TempDir(), "webhook.log")
+	logFile, _ := os.Create(logPath)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		logFile.Close()
+		if t.Failed() {
+			out, _ := os.ReadFile(logPath)
+			t.Logf("webhook log:\n%s", out)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort))
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200, nil
+	}); err != nil {
+		out, _ := os.ReadFile(logPath)
+		t.Fatalf("webhook not ready: %v\n%s", err, out)
+	}
+	return port, metricsPort, b.CACert
+}
+
+// installWebhookConfigurations applies manifests/webhook as shipped, with
+// each clientConfig pointed at the webhook under test.
+func installWebhookConfigurations(t *testing.T, c *cluster.Cluster, port int, ca []byte) {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "manifests", "webhook", "webhook-configurations.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	point := func(cc *admissionv1.WebhookClientConfig) {
+		url := fmt.Sprintf("https://127.0.0.1:%d%s", port, ptr.Deref(cc.Service.Path, "/"))
+		cc.Service, cc.URL, cc.CABundle = nil, &url, ca
+	}
+	ctx := context.Background()
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatal(err)
+		}
+		switch meta.Kind {
+		case "MutatingWebhookConfiguration":
+			var m admissionv1.MutatingWebhookConfiguration
+			must(t, yaml.UnmarshalStrict([]byte(doc), &m))
+			for i := range m.Webhooks {
+				point(&m.Webhooks[i].ClientConfig)
+			}
+			must(t, c.Client.Create(ctx, &m))
+		case "ValidatingWebhookConfiguration":
+			var v admissionv1.ValidatingWebhookConfiguration
+			must(t, yaml.UnmarshalStrict([]byte(doc), &v))
+			for i := range v.Webhooks {
+				point(&v.Webhooks[i].ClientConfig)
+			}
+			must(t, c.Client.Create(ctx, &v))
+		default:
+			t.Fatalf("unexpected kind %q in the webhook manifests", meta.Kind)
+		}
+	}
+}
+
+func sessionDeployment(ns, name string, annotations map[string]string) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "app", Image: "sessionapp",
+					Args:  []string{"--listen=:8080", "--pod=$(POD_NAME)"},
+					Env:   []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+					ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+						HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromString("http")}}},
+				}}},
+			},
+		},
+	}
+}
+
+func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
+	c := cluster.StartT(t, cluster.Options{})
+	port, metricsPort, ca := startWebhook(t, c)
+	installWebhookConfigurations(t, c, port, ca)
+	drainctl, err := bins.Build("github.com/stickydrain/stickydrain/drainctl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := bins.Build("github.com/stickydrain/stickydrain/test/sessionapp/cmd/sessionapp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := podhost.Start(context.Background(), podhost.Options{
+		Clientset: c.Clientset, Nodes: c.Nodes, Log: t.Logf,
+		Images: map[string]string{"sessionapp": app, drainctlImage: drainctl},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = host.Stop() })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	k := c.Client
+	must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: "shop", Labels: map[string]string{inject.OptInLabel: inject.LabelEnabled},
+		// Namespace-wide defaults, which the pods' annotations override.
+		Annotations: map[string]string{inject.AnnotationMaxWait: "2h", inject.AnnotationInterval: "200ms"},
+	}}))
+	must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "plain"}}))
+
+	// The apiserver takes a moment to see new webhook configurations: wait
+	// until a dry-run pod comes back mutated.
+	poll(t, ctx, "the webhook configuration in effect", func() bool {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: "shop"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "sessionapp"}}}}
+		if err := k.Create(ctx, p, client.DryRunAll); err != nil {
+			return false
+		}
+		return p.Annotations[inject.AnnotationStatus] == inject.StatusInjected
+	})
+
+	// A bad annotation is refused at apply, naming the annotation and the form.
+	err = k.Create(ctx, sessionDeployment("shop", "bad", map[string]string{inject.AnnotationMaxWait: "12"}))
+	if err == nil || !strings.Contains(err.Error(), `annotation stickydrain.io/max-wait: "12" is not a duration; want a number with a unit`) {
+		t.Fatalf("bad Deployment: error %v, want the max-wait message", err)
+	}
+	// So is a bare pod with the same mistake, by the mutating webhook.
+	err = k.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: "shop",
+		Annotations: map[string]string{inject.AnnotationFormat: "xml"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "sessionapp"}}}})
+	if err == nil || !strings.Contains(err.Error(), `annotation stickydrain.io/format: "xml" is not one of`) {
+		t.Fatalf("bad pod: error %v, want the format message", err)
+	}
+	// Outside opted-in namespaces, nothing is touched.
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "plain"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "sessionapp"}}}}
+	must(t, k.Create(ctx, plain, client.DryRunAll))
+	if plain.Spec.Containers[0].Lifecycle != nil || len(plain.Spec.InitContainers) != 0 {
+		t.Error("a pod outside opted-in namespaces was mutated")
+	}
+
+	// A Deployment's pod, made by the real ReplicaSet controller, is stored
+	// mutated.
+	must(t, k.Create(ctx, sessionDeployment("shop", "web", map[string]string{
+		inject.AnnotationURL: "http://localhost:8080/sessions", inject.AnnotationFormat: "number",
+		inject.AnnotationMinWait: "1s", inject.AnnotationMaxWait: "60s",
+	})))
+	var pod corev1.Pod
+	poll(t, ctx, "the Deployment's pod running and ready", func() bool {
+		var pods corev1.PodList
+		if err := k.List(ctx, &pods, client.InNamespace("shop"), client.MatchingLabels{"app": "web"}); err != nil || len(pods.Items) != 1 {
+			return false
+		}
+		pod = pods.Items[0]
+		for _, cnd := range pod.Status.Conditions {
+			if cnd.Type == corev1.PodReady {
+				return cnd.Status == corev1.ConditionTrue
+			}
+		}
+		return false
+	})
+	if pod.Annotations[inject.AnnotationStatus] != inject.StatusInjected {
+		t.Errorf("stored pod lacks %s", inject.AnnotationStatus)
+	}
+	if len(pod.Spec.InitContainers) != 1 || pod.Spec.InitContainers[0].Image != drainctlImage {
+		t.Errorf("init containers %+v", pod.Spec.InitContainers)
+	}
+	if g := ptr.Deref(pod.Spec.TerminationGracePeriodSeconds, 0); g != 60+1+30 {
+		t.Errorf("grace period %d, want 91 (max-wait 60s + min-wait 1s + margin 30s)", g)
+	}
+	cmd := strings.Join(pod.Spec.Containers[0].Lifecycle.PreStop.Exec.Command, " ")
+	for _, want := range []string{"/stickydrain/bin/drainctl wait", "--interval=200ms", "--max-wait=1m0s", "--url=http://localhost:8080/sessions"} {
+		if !strings.Contains(cmd, want) {
+			t.Errorf("preStop %q lacks %q", cmd, want)
+		}
+	}
+
+	// Under podhost, the injected drain really runs: the init container
+	// installs drainctl, and deleting the pod waits while a session lasts.
+	jar, _ := cookiejar.New(nil)
+	user := &http.Client{Jar: jar, Timeout: 5 * time.Second}
+	base := "http://" + pod.Status.PodIP + ":8080"
+	post(t, user, base+"/login?user=carol")
+	must(t, k.Delete(ctx, &pod))
+	if _, err := host.WaitFor(ctx, "shop", pod.Name, "app", podhost.StepPreStopStarted); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // past min-wait: only carol's session holds the pod
+	for _, ev := range host.Timeline("shop", pod.Name) {
+		if ev.Step == podhost.StepPreStopFinished {
+			t.Fatalf("the preStop ended with a session left: %s\n%s", ev, host.Logs("shop", pod.Name, "app"))
+		}
+	}
+	post(t, user, base+"/logout")
+	ev, err := host.WaitFor(ctx, "shop", pod.Name, "app", podhost.StepPreStopFinished)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.ExitCode != 0 {
+		t.Errorf("preStop exit %d, want 0 (drained)\n%s", ev.ExitCode, host.Logs("shop", pod.Name, "app"))
+	}
+	if logs := host.Logs("shop", pod.Name, "app"); !strings.Contains(logs, "draining: 1 sessions left") {
+		t.Errorf("drainctl's progress is not in the container's log:\n%s", logs)
+	}
+
+	// The webhook counted what it did.
+	metrics := scrape(t, metricsPort)
+	for _, want := range []string{
+		`stickydrain_webhook_admissions_total{reason="injected",result="allowed",webhook="mutate-pod"}`,
+		`stickydrain_webhook_admissions_total{reason="invalid",result="denied",webhook="mutate-pod"}`,
+		`stickydrain_webhook_admissions_total{reason="invalid",result="denied",webhook="validate-deployment"}`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+func scrape(t *testing.T, port int) string {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "stickydrain_") {
+			b.WriteString(sc.Text() + "\n")
+		}
+	}
+	return b.String()
+}
+
+func post(t *testing.T, c *http.Client, url string) sessionapp.Reply {
+	t.Helper()
+	resp, err := c.Post(url, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var r sessionapp.Reply
+	if err := json.Unmarshal(body, &r); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("POST %s: %d %s", url, resp.StatusCode, body)
+	}
+	return r
+}
+
+func poll(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,88 @@
+// Command webhook is stickydrain's admission webhook: it injects the drain
+// into opted-in pods and refuses workloads whose drain parameters are bad.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/stickydrain/stickydrain/webhook/admit"
+	"github.com/stickydrain/stickydrain/webhook/inject"
+)
+
+func main() {
+	var (
+		cfg         inject.Config
+		certDir     string
+		port        int
+		metricsAddr string
+		probeAddr   string
+	)
+	cfg.BindFlags(flag.CommandLine)
+	flag.StringVar(&certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "`directory` holding tls.crt and tls.key; reloaded when they change (cert-manager rotation)")
+	flag.IntVar(&port, "port", 9443, "webhook HTTPS `port`")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "`address` of the metrics endpoint; 0 disables it")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "`address` of /healthz and /readyz")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse() // --kubeconfig is registered by controller-runtime
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("webhook")
+
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "webhook:", err)
+		os.Exit(2)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		log.Error(err, "building scheme")
+		os.Exit(1)
+	}
+	restCfg, err := ctrl.GetConfig()
+	if err != nil {
+		log.Error(err, "loading kubeconfig")
+		os.Exit(1)
+	}
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress: probeAddr,
+		WebhookServer:          webhook.NewServer(webhook.Options{Port: port, CertDir: certDir}),
+	})
+	if err != nil {
+		log.Error(err, "creating manager")
+		os.Exit(1)
+	}
+	m, err := admit.NewMetrics(metrics.Registry)
+	if err != nil {
+		log.Error(err, "registering metrics")
+		os.Exit(1)
+	}
+	if err := admit.Register(mgr, cfg, m); err != nil {
+		log.Error(err, "registering webhooks")
+		os.Exit(1)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		log.Error(err, "adding healthz")
+		os.Exit(1)
+	}
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		log.Error(err, "adding readyz")
+		os.Exit(1)
+	}
+	log.Info("starting", "port", port, "certDir", certDir, "drainctlImage", cfg.DrainctlImage)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "webhook stopped")
+		os.Exit(1)
+	}
+}

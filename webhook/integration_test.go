@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -58,7 +60,7 @@ func freePort(t *testing.T) int {
 
 // startWebhook runs the real webhook binary with its real flags and a
 // certificate from certs/, and waits until it is ready.
-func startWebhook(t *testing.T, c *cluster.Cluster) (port, metricsPort int, caPEM []byte) {
+func startWebhook(t *testing.T, c *cluster.Cluster) (port, metricsPort int, caPEM []byte, certDir string) {
 	t.Helper()
 	bin, err := bins.Build("github.com/stickydrain/stickydrain/webhook")
 	if err != nil {
@@ -68,7 +70,7 @@ func startWebhook(t *testing.T, c *cluster.Cluster) (port, metricsPort int, caPE
 	if err != nil {
 		t.Fatal(err)
 	}
-	certDir := t.TempDir()
+	certDir = t.TempDir()
 	if err := b.WriteDir(certDir); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +108,7 @@ func startWebhook(t *testing.T, c *cluster.Cluster) (port, metricsPort int, caPE
 		out, _ := os.ReadFile(logPath)
 		t.Fatalf("webhook not ready: %v\n%s", err, out)
 	}
-	return port, metricsPort, b.CACert
+	return port, metricsPort, b.CACert, certDir
 }
 
 // installWebhookConfigurations applies manifests/webhook as shipped, with
@@ -173,7 +175,7 @@ func sessionDeployment(ns, name string, annotations map[string]string) *appsv1.D
 
 func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 	c := cluster.StartT(t, cluster.Options{})
-	port, metricsPort, ca := startWebhook(t, c)
+	port, metricsPort, ca, certDir := startWebhook(t, c)
 	installWebhookConfigurations(t, c, port, ca)
 	drainctl, err := bins.Build("github.com/stickydrain/stickydrain/drainctl")
 	if err != nil {
@@ -213,7 +215,20 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 		return p.Annotations[inject.AnnotationStatus] == inject.StatusInjected
 	})
 
-	// A bad annotation is refused at apply, naming the annotation and the form.
+	// A bad annotation is refused at apply, naming the annotation and the
+	// form, for every kind of workload.
+	ss := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: "shop"}, Spec: appsv1.StatefulSetSpec{
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "bad"}},
+		Template: sessionDeployment("shop", "bad", map[string]string{inject.AnnotationDrainctl: "sidecar"}).Spec.Template}}
+	if err := k.Create(ctx, ss); err == nil || !strings.Contains(err.Error(), `annotation stickydrain.io/drainctl="sidecar"`) {
+		t.Fatalf("bad StatefulSet: error %v", err)
+	}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: "shop"}, Spec: appsv1.DaemonSetSpec{
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "bad"}},
+		Template: sessionDeployment("shop", "bad", map[string]string{inject.AnnotationContainer: "nope"}).Spec.Template}}
+	if err := k.Create(ctx, ds); err == nil || !strings.Contains(err.Error(), `annotation stickydrain.io/container="nope"`) {
+		t.Fatalf("bad DaemonSet: error %v", err)
+	}
 	err = k.Create(ctx, sessionDeployment("shop", "bad", map[string]string{inject.AnnotationMaxWait: "12"}))
 	if err == nil || !strings.Contains(err.Error(), `annotation stickydrain.io/max-wait: "12" is not a duration; want a number with a unit`) {
 		t.Fatalf("bad Deployment: error %v, want the max-wait message", err)
@@ -296,6 +311,22 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 	if logs := host.Logs("shop", pod.Name, "app"); !strings.Contains(logs, "draining: 1 sessions left") {
 		t.Errorf("drainctl's progress is not in the container's log:\n%s", logs)
 	}
+
+	// A rotated certificate (as cert-manager renews it) is served without a
+	// restart.
+	rotated, err := certs.Generate(certs.Options{DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	must(t, err)
+	must(t, rotated.WriteDir(certDir))
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(rotated.CACert)
+	poll(t, ctx, "the rotated certificate served", func() bool {
+		conn, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{RootCAs: pool})
+		if err != nil {
+			return false
+		}
+		conn.Close()
+		return true
+	})
 
 	// The webhook counted what it did.
 	metrics := scrape(t, metricsPort)

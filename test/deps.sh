@@ -6,6 +6,8 @@ set -euo pipefail
 need=()
 command -v ip >/dev/null || need+=(iproute2)
 # test/podhost: nsenter, unshare and mount run each container in its namespaces.
+# controller tests: the real HAProxy from Debian (2.6), never started as a service.
+command -v haproxy >/dev/null || need+=(haproxy)
 for c in nsenter unshare mount; do
 	command -v "$c" >/dev/null || { need+=(util-linux mount); break; }
 done

@@ -1,0 +1,23 @@
+// Package backend is the small interface between the controller and a
+// load-balancer instance; haproxy and nginxplus implement it.
+package backend
+
+import (
+	"context"
+	"net/netip"
+
+	"github.com/stickydrain/stickydrain/controller/plan"
+)
+
+// Instance is one running load balancer (one HAProxy process, one NGINX
+// Plus API endpoint).
+type Instance interface {
+	// ID names the instance in logs and events (its address).
+	ID() string
+	// Servers reads the upstream's servers as the instance has them now.
+	Servers(ctx context.Context, upstream string) (map[netip.AddrPort]plan.State, error)
+	// Apply makes the changes server by server, never rewriting the whole
+	// list. It returns one error per change, nil where it succeeded, and
+	// keeps going after a failure.
+	Apply(ctx context.Context, upstream string, changes []plan.Change) []error
+}

@@ -1,0 +1,304 @@
+// Package haproxy drives HAProxy through its Runtime API (a unix or TCP
+// stats socket at level admin).
+//
+// HAProxy 2.6 (Debian's) refuses `cookie` on `add server`, so an upstream is
+// a backend of server-template slots with dynamic cookies:
+//
+//	backend shop
+//	    cookie SRV insert indirect nocache dynamic
+//	    dynamic-cookie-key <a secret shared by every replica>
+//	    server-template s 1-50 0.0.0.0:0 disabled
+//
+// The controller owns every server of such a backend. A free slot has the
+// address 0.0.0.0; an endpoint takes a free slot (`set server B/S addr IP
+// port P`), gets its state (`set server B/S state ready|drain|maint`), and
+// gives the slot back when it is removed (maint, then addr 0.0.0.0). The
+// dynamic cookie is a hash of the key, address and port, so it is the same
+// on every replica and after a restart. All changes to one backend go over
+// one connection, as one batch.
+package haproxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stickydrain/stickydrain/controller/backend"
+	"github.com/stickydrain/stickydrain/controller/plan"
+)
+
+// Admin-state flags of `show servers state`.
+const (
+	adminForcedMaint = 0x01
+	adminForcedDrain = 0x08
+)
+
+const freeAddr = "0.0.0.0"
+
+// Instance is one HAProxy process.
+type Instance struct {
+	network, address string
+	timeout          time.Duration
+	id               string
+}
+
+var _ backend.Instance = (*Instance)(nil)
+
+// New returns the instance at addr: unix:///path or tcp://host:port.
+func New(addr string, timeout time.Duration) (*Instance, error) {
+	u, err := url.Parse(addr)
+	if err != nil {
+		return nil, fmt.Errorf("haproxy instance %q: %w", addr, err)
+	}
+	switch u.Scheme {
+	case "unix":
+		return &Instance{network: "unix", address: u.Path, timeout: timeout, id: addr}, nil
+	case "tcp":
+		return &Instance{network: "tcp", address: u.Host, timeout: timeout, id: addr}, nil
+	}
+	return nil, fmt.Errorf("haproxy instance %q: want unix:///path or tcp://host:port", addr)
+}
+
+// ID is the instance's address.
+func (h *Instance) ID() string { return h.id }
+
+// run sends commands on one connection, separated by ';', and returns each
+// command's output. The Runtime API ends each output with an empty line.
+func (h *Instance) run(ctx context.Context, cmds []string) ([]string, error) {
+	d := net.Dialer{Timeout: h.timeout}
+	conn, err := d.DialContext(ctx, h.network, h.address)
+	if err != nil {
+		return nil, fmt.Errorf("haproxy %s: %w", h.id, err)
+	}
+	defer conn.Close()
+	deadline := time.Now().Add(h.timeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	_ = conn.SetDeadline(deadline)
+	if _, err := conn.Write([]byte(strings.Join(cmds, ";") + "\n")); err != nil {
+		return nil, fmt.Errorf("haproxy %s: sending: %w", h.id, err)
+	}
+	var outs []string
+	var cur []string
+	sc := bufio.NewScanner(conn)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			outs = append(outs, strings.Join(cur, "\n"))
+			cur = nil
+			continue
+		}
+		cur = append(cur, line)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("haproxy %s: reading: %w", h.id, err)
+	}
+	if len(cur) > 0 {
+		outs = append(outs, strings.Join(cur, "\n"))
+	}
+	if len(outs) < len(cmds) {
+		return outs, fmt.Errorf("haproxy %s: %d answers to %d commands", h.id, len(outs), len(cmds))
+	}
+	return outs, nil
+}
+
+type slot struct {
+	id    int
+	name  string
+	addr  netip.AddrPort
+	free  bool
+	state plan.State
+}
+
+// slots reads the backend's servers with `show servers state`.
+func (h *Instance) slots(ctx context.Context, upstream string) ([]slot, error) {
+	outs, err := h.run(ctx, []string{"show servers state " + upstream})
+	if err != nil {
+		return nil, err
+	}
+	var out []slot
+	for _, line := range strings.Split(outs[0], "\n") {
+		if line == "" || strings.HasPrefix(line, "#") || line == "1" {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 19 {
+			// An error message: "Can't find backend.", etc.
+			return nil, fmt.Errorf("haproxy %s: show servers state %s: %s", h.id, upstream, strings.TrimSpace(outs[0]))
+		}
+		id, _ := strconv.Atoi(f[2])
+		admin, _ := strconv.Atoi(f[6])
+		s := slot{id: id, name: f[3]}
+		ip, err1 := netip.ParseAddr(f[4])
+		port, err2 := strconv.ParseUint(f[18], 10, 16)
+		if err1 != nil || err2 != nil || f[4] == freeAddr || port == 0 {
+			s.free = true
+		} else {
+			s.addr = netip.AddrPortFrom(ip.Unmap(), uint16(port))
+			switch {
+			case admin&adminForcedMaint != 0:
+				s.state = plan.Down
+			case admin&adminForcedDrain != 0:
+				s.state = plan.Draining
+			default:
+				s.state = plan.Active
+			}
+		}
+		out = append(out, s)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("haproxy %s: backend %s has no servers; give it a server-template", h.id, upstream)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	return out, nil
+}
+
+// Servers reads the servers the backend's slots hold.
+func (h *Instance) Servers(ctx context.Context, upstream string) (map[netip.AddrPort]plan.State, error) {
+	slots, err := h.slots(ctx, upstream)
+	if err != nil {
+		return nil, err
+	}
+	out := map[netip.AddrPort]plan.State{}
+	for _, s := range slots {
+		if !s.free {
+			out[s.addr] = s.state
+		}
+	}
+	return out, nil
+}
+
+func stateWord(s plan.State) string {
+	switch s {
+	case plan.Draining:
+		return "drain"
+	case plan.Down:
+		return "maint"
+	}
+	return "ready"
+}
+
+// Apply makes the changes in one batch on one connection.
+func (h *Instance) Apply(ctx context.Context, upstream string, changes []plan.Change) []error {
+	errs := make([]error, len(changes))
+	if len(changes) == 0 {
+		return errs
+	}
+	fail := func(err error) []error {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	slots, err := h.slots(ctx, upstream)
+	if err != nil {
+		return fail(err)
+	}
+	byAddr := map[netip.AddrPort]*slot{}
+	var free []*slot
+	for i := range slots {
+		if slots[i].free {
+			free = append(free, &slots[i])
+		} else {
+			byAddr[slots[i].addr] = &slots[i]
+		}
+	}
+	type step struct {
+		change int
+		cmd    string
+		isAddr bool
+	}
+	var steps []step
+	for i, ch := range changes {
+		srv := func(s *slot) string { return upstream + "/" + s.name }
+		switch ch.Op {
+		case plan.OpAdd:
+			s := byAddr[ch.Addr]
+			if s == nil {
+				if len(free) == 0 {
+					errs[i] = fmt.Errorf("haproxy %s: backend %s: no free server-template slot for %s (all %d in use); raise the server-template count", h.id, upstream, ch.Addr, len(slots))
+					continue
+				}
+				s, free = free[0], free[1:]
+				steps = append(steps, step{i, fmt.Sprintf("set server %s addr %s port %d", srv(s), ch.Addr.Addr(), ch.Addr.Port()), true})
+			}
+			steps = append(steps, step{i, fmt.Sprintf("set server %s state %s", srv(s), stateWord(ch.State)), false})
+		case plan.OpSet:
+			s := byAddr[ch.Addr]
+			if s == nil {
+				errs[i] = fmt.Errorf("haproxy %s: backend %s: no server holds %s", h.id, upstream, ch.Addr)
+				continue
+			}
+			steps = append(steps, step{i, fmt.Sprintf("set server %s state %s", srv(s), stateWord(ch.State)), false})
+		case plan.OpRemove:
+			s := byAddr[ch.Addr]
+			if s == nil {
+				continue // already gone
+			}
+			steps = append(steps,
+				step{i, fmt.Sprintf("set server %s state maint", srv(s)), false},
+				step{i, fmt.Sprintf("set server %s addr %s port 0", srv(s), freeAddr), true})
+		}
+	}
+	if len(steps) == 0 {
+		return errs
+	}
+	cmds := make([]string, len(steps))
+	for i, s := range steps {
+		cmds[i] = s.cmd
+	}
+	outs, err := h.run(ctx, cmds)
+	if err != nil && len(outs) == 0 {
+		for _, s := range steps {
+			errs[s.change] = err
+		}
+		return errs
+	}
+	for i, s := range steps {
+		if errs[s.change] != nil {
+			continue
+		}
+		if i >= len(outs) {
+			errs[s.change] = fmt.Errorf("haproxy %s: no answer to %q", h.id, s.cmd)
+			continue
+		}
+		out := strings.TrimSpace(outs[i])
+		ok := out == ""
+		if s.isAddr {
+			ok = strings.Contains(out, "changed") || strings.Contains(out, "no need to change")
+		}
+		if !ok {
+			errs[s.change] = fmt.Errorf("haproxy %s: %q: %s", h.id, s.cmd, out)
+		}
+	}
+	return errs
+}
+
+// Info reads `show info` fields (Pid, Uptime_sec, …), for restart
+// detection and diagnostics.
+func (h *Instance) Info(ctx context.Context) (map[string]string, error) {
+	outs, err := h.run(ctx, []string{"show info"})
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(outs[0], "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			m[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	if len(m) == 0 {
+		return nil, errors.New("haproxy: empty show info")
+	}
+	return m, nil
+}

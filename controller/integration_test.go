@@ -1,0 +1,357 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
+	"github.com/stickydrain/stickydrain/controller/plan"
+	"github.com/stickydrain/stickydrain/test/cluster"
+	"github.com/stickydrain/stickydrain/test/haproxytest"
+	"github.com/stickydrain/stickydrain/test/podhost"
+	"github.com/stickydrain/stickydrain/test/sessionapp"
+	"github.com/stickydrain/stickydrain/test/testbin"
+)
+
+var bins = testbin.New()
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	bins.Close()
+	os.Exit(code)
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// controllerProc runs the real controller binary with its real flags.
+type controllerProc struct {
+	t       *testing.T
+	bin     string
+	args    []string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	logPath string
+}
+
+func startController(t *testing.T, c *cluster.Cluster, cfg string) *controllerProc {
+	bin, err := bins.Build("github.com/stickydrain/stickydrain/controller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "controller.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := &controllerProc{t: t, bin: bin, logPath: filepath.Join(t.TempDir(), "controller.log"), args: []string{
+		"--config", path, "--kubeconfig", c.KubeconfigPath, "--leader-elect", "--leader-election-namespace", "default",
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+	}}
+	p.start()
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			b, _ := os.ReadFile(p.logPath)
+			t.Logf("controller log:\n%s", b)
+		}
+	})
+	return p
+}
+
+func (p *controllerProc) start() {
+	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.cmd = exec.Command(p.bin, p.args...)
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	p.done = make(chan struct{})
+	cmd, done := p.cmd, p.done
+	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
+}
+
+func (p *controllerProc) stop() {
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+}
+
+func servers(t *testing.T, h *haproxytest.HAProxy) map[netip.AddrPort]plan.State {
+	i, err := haproxy.New(h.Address(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := i.Servers(context.Background(), "shop")
+	if err != nil {
+		return nil
+	}
+	return got
+}
+
+func eventually(t *testing.T, ctx context.Context, what string, cond func() bool) time.Time {
+	t.Helper()
+	if err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+	return time.Now()
+}
+
+// user is one browser: a cookie jar and the pod that served it last.
+type user struct {
+	c   *http.Client
+	pod string
+}
+
+func newUser() *user {
+	jar, _ := cookiejar.New(nil)
+	return &user{c: &http.Client{Jar: jar, Timeout: 5 * time.Second}}
+}
+
+func (u *user) do(t *testing.T, method, url string) (int, sessionapp.Reply) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, nil)
+	resp, err := u.c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	var r sessionapp.Reply
+	_ = json.NewDecoder(resp.Body).Decode(&r)
+	u.pod = r.Pod
+	return resp.StatusCode, r
+}
+
+func TestControllerDrainsTerminatingPodsOnEveryHAProxy(t *testing.T) {
+	c := cluster.StartT(t, cluster.Options{})
+	app, err := bins.Build("github.com/stickydrain/stickydrain/test/sessionapp/cmd/sessionapp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := podhost.Start(context.Background(), podhost.Options{Clientset: c.Clientset, Nodes: c.Nodes, Log: t.Logf,
+		Images: map[string]string{"sessionapp": app}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = host.Stop() })
+	h1 := haproxytest.Start(t, "shared-secret", haproxytest.Backend{Name: "shop", Slots: 8})
+	h2 := haproxytest.Start(t, "shared-secret", haproxytest.Backend{Name: "shop", Slots: 8})
+	ctrlProc := startController(t, c, fmt.Sprintf(`
+loadBalancers:
+  - name: edge
+    type: haproxy
+    timeout: 2s
+    instances:
+      static: [%q, %q]
+resync: 2s
+`, h1.Address(), h2.Address()))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	k := c.Client
+	must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}))
+	must(t, k.Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", Annotations: map[string]string{
+			"stickydrain.io/upstreams": "edge/shop", "stickydrain.io/port": "http"}},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
+	}))
+	must(t, k.Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr.To[int64](60),
+					Containers: []corev1.Container{{
+						Name: "app", Image: "sessionapp", Args: []string{"--listen=:8080", "--pod=$(POD_NAME)"},
+						Env:   []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+						ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+							HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromString("http")}}},
+						// A drain that outlasts the restarts below.
+						Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
+							Command: []string{"/bin/sh", "-c", "sleep 20"}}}},
+					}},
+				},
+			},
+		},
+	}))
+
+	var pods corev1.PodList
+	eventually(t, ctx, "both pods active on both HAProxy instances", func() bool {
+		if err := k.List(ctx, &pods, client.InNamespace("shop")); err != nil || len(pods.Items) != 2 {
+			return false
+		}
+		for _, h := range []*haproxytest.HAProxy{h1, h2} {
+			s := servers(t, h)
+			if len(s) != 2 {
+				return false
+			}
+			for _, p := range pods.Items {
+				if p.Status.PodIP == "" || s[netip.MustParseAddrPort(p.Status.PodIP+":8080")] != plan.Active {
+					return false
+				}
+			}
+		}
+		return true
+	})
+
+	// Users log in through HAProxy until one holds a session on each pod.
+	byPod := map[string]*user{}
+	for n := 0; n < 20 && len(byPod) < 2; n++ {
+		u := newUser()
+		if code, r := u.do(t, "POST", h1.URL()+"/login?user=u"+strconv.Itoa(n)); code == 200 {
+			byPod[r.Pod] = u
+		}
+	}
+	if len(byPod) != 2 {
+		t.Fatalf("logins reached %d pods, want 2", len(byPod))
+	}
+	victim := pods.Items[0]
+	addr := netip.MustParseAddrPort(victim.Status.PodIP + ":8080")
+	alice := byPod[victim.Name]
+
+	// The pod is deleted: its server drains on both instances while the
+	// pod runs its preStop.
+	deleted := time.Now()
+	must(t, k.Delete(ctx, &victim))
+	drained := eventually(t, ctx, "the victim draining on both instances", func() bool {
+		return servers(t, h1)[addr] == plan.Draining && servers(t, h2)[addr] == plan.Draining
+	})
+	t.Logf("deletion → drained on both HAProxy instances: %v", drained.Sub(deleted))
+	checkSticky := func(when string) {
+		t.Helper()
+		for _, h := range []*haproxytest.HAProxy{h1, h2} {
+			// The dynamic cookie is the same on both replicas.
+			if code, r := alice.do(t, "GET", h.URL()+"/app/"); code != 200 || r.Pod != victim.Name {
+				t.Errorf("%s: alice's session went to %q (status %d), want %s", when, r.Pod, code, victim.Name)
+			}
+			for n := 0; n < 5; n++ {
+				if _, r := newUser().do(t, "POST", h.URL()+"/login?user=new"); r.Pod == victim.Name {
+					t.Errorf("%s: a new session went to the draining pod", when)
+				}
+			}
+		}
+	}
+	checkSticky("while draining")
+
+	// HAProxy restarts mid-drain and forgets it; the controller repairs it.
+	h2.Restart()
+	eventually(t, ctx, "the drain repaired on the restarted instance", func() bool {
+		return servers(t, h2)[addr] == plan.Draining
+	})
+	checkSticky("after an HAProxy restart")
+
+	// The controller restarts mid-drain: nothing is dropped meanwhile, and
+	// the new process picks the state up.
+	ctrlProc.stop()
+	if servers(t, h1)[addr] != plan.Draining {
+		t.Error("the drain was dropped when the controller stopped")
+	}
+	ctrlProc.start()
+	time.Sleep(3 * time.Second)
+	if servers(t, h1)[addr] != plan.Draining || servers(t, h2)[addr] != plan.Draining {
+		t.Errorf("after a controller restart: h1 %v, h2 %v", servers(t, h1)[addr], servers(t, h2)[addr])
+	}
+	checkSticky("after a controller restart")
+
+	// The pod finishes its preStop and goes; only then is its server removed.
+	if _, err := host.WaitFor(ctx, "shop", victim.Name, "", podhost.StepDeleted); err != nil {
+		t.Fatal(err)
+	}
+	podGone := time.Now()
+	if _, ok := servers(t, h1)[addr]; !ok {
+		t.Log("server already removed from h1 when podhost deleted the pod (it may race the final delete)")
+	}
+	removed := eventually(t, ctx, "the victim removed from both instances", func() bool {
+		_, in1 := servers(t, h1)[addr]
+		_, in2 := servers(t, h2)[addr]
+		return !in1 && !in2
+	})
+	if ev, _ := host.WaitFor(ctx, "shop", victim.Name, "app", podhost.StepPreStopFinished); ev.Time.After(removed) {
+		t.Errorf("server removed at %v, before the preStop ended at %v", removed, ev.Time)
+	}
+	t.Logf("pod gone → removed: %v", removed.Sub(podGone))
+
+	// Events on the pod, and a Warning on a second Service mapped onto the
+	// same upstream.
+	eventually(t, ctx, "Draining and Removed events on the pod", func() bool {
+		var evs eventsv1.EventList
+		if err := k.List(ctx, &evs, client.InNamespace("shop")); err != nil {
+			return false
+		}
+		seen := map[string]bool{}
+		for _, e := range evs.Items {
+			if e.Regarding.Name == victim.Name {
+				seen[e.Reason] = true
+			}
+		}
+		return seen["Draining"] && seen["Removed"]
+	})
+	must(t, k.Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "intruder", Namespace: "shop", Annotations: map[string]string{"stickydrain.io/upstreams": "edge/shop"}},
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "other"}, Ports: []corev1.ServicePort{{Port: 80}}},
+	}))
+	eventually(t, ctx, "an UpstreamConflict warning on the second Service", func() bool {
+		var evs eventsv1.EventList
+		if err := k.List(ctx, &evs, client.InNamespace("shop")); err != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Name == "intruder" && e.Reason == "UpstreamConflict" && e.Type == corev1.EventTypeWarning {
+				return true
+			}
+		}
+		return false
+	})
+	if s := servers(t, h1); len(s) != 2 {
+		t.Errorf("after the conflicting Service, h1 has %v; the owner's servers must stay", s)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,44 @@
+package reconcile
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics of the controller.
+type Metrics struct {
+	servers    *prometheus.GaugeVec
+	changes    *prometheus.CounterVec
+	lbErrors   *prometheus.CounterVec
+	drainDelay *prometheus.HistogramVec
+}
+
+// NewMetrics registers the controller's metrics with reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		servers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "stickydrain_controller_servers",
+			Help: "Desired servers of each mapped upstream, by state (active, draining, down).",
+		}, []string{"lb", "upstream", "state"}),
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stickydrain_controller_changes_total",
+			Help: "Server changes applied to load-balancer instances, by backend type, op (add, set, remove), state and result.",
+		}, []string{"backend", "op", "state", "result"}),
+		lbErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stickydrain_controller_lb_errors_total",
+			Help: "Failed calls to load-balancer instances, by load balancer and call (read, apply, discover).",
+		}, []string{"lb", "call"}),
+		drainDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "stickydrain_controller_drain_delay_seconds",
+			Help:    "Time from the controller first seeing an endpoint terminating to its drain applied on an instance.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"lb"}),
+	}
+	for _, c := range []prometheus.Collector{m.servers, m.changes, m.lbErrors, m.drainDelay} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering controller metrics: %w", err)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,474 @@
+// Package reconcile keeps load-balancer upstreams in step with the
+// EndpointSlices of the Services mapped onto them
+// (stickydrain.io/upstreams: "<lb>/<upstream>[,…]"). It is level-triggered:
+// every pass reads each instance's actual servers, plans the difference to
+// the desired ones and applies it, each instance on its own.
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/stickydrain/stickydrain/controller/backend"
+	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
+	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/plan"
+	"github.com/stickydrain/stickydrain/controller/source"
+)
+
+// Service annotations.
+const (
+	// AnnotationUpstreams maps a Service onto load-balancer upstreams:
+	// "<lb>/<upstream>[,<lb>/<upstream>…]", lb a name from the configuration.
+	AnnotationUpstreams = "stickydrain.io/upstreams"
+	// AnnotationPort picks the Service port (name or number) whose
+	// endpoints become servers. Default: the only port.
+	AnnotationPort = "stickydrain.io/port"
+)
+
+// Event reasons.
+const (
+	ReasonDraining         = "Draining"
+	ReasonRemoved          = "Removed"
+	ReasonUpstreamConflict = "UpstreamConflict"
+	ReasonBadMapping       = "BadUpstreamMapping"
+	ReasonApplyFailed      = "LoadBalancerError"
+)
+
+// InstanceFactory makes a backend.Instance from an address.
+type InstanceFactory func(lb config.LoadBalancer, addr string) (backend.Instance, error)
+
+// DefaultFactory makes instances of the types this build supports.
+func DefaultFactory(lb config.LoadBalancer, addr string) (backend.Instance, error) {
+	switch lb.Type {
+	case config.TypeHAProxy:
+		return haproxy.New(addr, lb.Timeout.Duration)
+	}
+	return nil, fmt.Errorf("load balancer %s: type %s is not supported by this build", lb.Name, lb.Type)
+}
+
+// Reconciler reconciles Services.
+type Reconciler struct {
+	Client   client.Client
+	Config   *config.Config
+	Factory  InstanceFactory
+	Recorder recorder.EventRecorder
+	Metrics  *Metrics
+
+	mu          sync.Mutex
+	instances   map[string]backend.Instance            // by address
+	terminating map[string]time.Time                   // "upstream|addr" → first seen terminating
+	pods        map[string]source.Endpoint             // "upstream|addr" → its pod, while it is desired
+	announced   map[string]bool                        // "upstream|addr|reason" events sent
+	known       map[types.NamespacedName][]upstreamRef // upstreams a Service had, to empty them when it goes
+}
+
+type upstreamRef struct{ LB, Upstream string }
+
+func (u upstreamRef) String() string { return u.LB + "/" + u.Upstream }
+
+// ParseUpstreams reads the stickydrain.io/upstreams annotation.
+func ParseUpstreams(v string, cfg *config.Config) ([]upstreamRef, error) {
+	var out []upstreamRef
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		lb, up, ok := strings.Cut(part, "/")
+		if !ok || lb == "" || up == "" || strings.ContainsAny(up, " ;/") {
+			return nil, fmt.Errorf("annotation %s: %q is not <lb>/<upstream>", AnnotationUpstreams, part)
+		}
+		found := false
+		for _, l := range cfg.LoadBalancers {
+			found = found || l.Name == lb
+		}
+		if !found {
+			return nil, fmt.Errorf("annotation %s: no load balancer %q in the configuration", AnnotationUpstreams, lb)
+		}
+		out = append(out, upstreamRef{lb, up})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("annotation %s is empty; want <lb>/<upstream>", AnnotationUpstreams)
+	}
+	return out, nil
+}
+
+// SetupWithManager registers the controller: Services with the upstreams
+// annotation, and the EndpointSlices of those Services and of the
+// Services that list load-balancer instances.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.instances = map[string]backend.Instance{}
+	r.terminating = map[string]time.Time{}
+	r.announced = map[string]bool{}
+	r.pods = map[string]source.Endpoint{}
+	r.known = map[types.NamespacedName][]upstreamRef{}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("stickydrain").
+		For(&corev1.Service{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			_, ok := o.GetAnnotations()[AnnotationUpstreams]
+			r.mu.Lock()
+			_, had := r.known[client.ObjectKeyFromObject(o)]
+			r.mu.Unlock()
+			return ok || had
+		}))).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.mapSlice)).
+		Complete(r)
+}
+
+// mapSlice sends a slice's Service, and when the slice lists instances of a
+// load balancer, every Service mapped onto that load balancer.
+func (r *Reconciler) mapSlice(ctx context.Context, o client.Object) []ctrl.Request {
+	svc := o.GetLabels()[discoveryv1.LabelServiceName]
+	if svc == "" {
+		return nil
+	}
+	reqs := []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: svc}}}
+	for _, lb := range r.Config.LoadBalancers {
+		if s := lb.Instances.Service; s != nil && s.Namespace == o.GetNamespace() && s.Name == svc {
+			var list corev1.ServiceList
+			if err := r.Client.List(ctx, &list); err == nil {
+				for _, it := range list.Items {
+					if strings.Contains(it.Annotations[AnnotationUpstreams], lb.Name+"/") {
+						reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&it)})
+					}
+				}
+			}
+		}
+	}
+	return reqs
+}
+
+// Reconcile brings every upstream of one Service in step on every instance.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	resync := ctrl.Result{RequeueAfter: r.Config.Resync.Duration}
+	var svc corev1.Service
+	err := r.Client.Get(ctx, req.NamespacedName, &svc)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	annotation, mapped := svc.Annotations[AnnotationUpstreams]
+	if apierrors.IsNotFound(err) || !mapped || svc.DeletionTimestamp != nil {
+		// The Service is gone or no longer mapped: empty what it owned.
+		r.mu.Lock()
+		old := r.known[req.NamespacedName]
+		r.mu.Unlock()
+		failed := false
+		for _, u := range old {
+			if !r.converge(ctx, nil, u, nil) {
+				failed = true
+			}
+		}
+		if failed {
+			return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+		}
+		r.mu.Lock()
+		delete(r.known, req.NamespacedName)
+		r.mu.Unlock()
+		return ctrl.Result{}, nil
+	}
+	ups, err := ParseUpstreams(annotation, r.Config)
+	if err != nil {
+		r.Recorder.Eventf(&svc, nil, corev1.EventTypeWarning, ReasonBadMapping, "Map", "%v", err)
+		return ctrl.Result{}, nil
+	}
+	owned, err := r.owned(ctx, &svc, ups)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var slices discoveryv1.EndpointSliceList
+	if err := r.Client.List(ctx, &slices, client.InNamespace(svc.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	desired, err := source.Desired(slices.Items, svc.Annotations[AnnotationPort], source.Options{
+		DrainNotReady: r.Config.DrainNotReady, KeepDrainingWhenNotServing: r.Config.KeepDrainingWhenNotServing,
+	})
+	if err != nil {
+		r.Recorder.Eventf(&svc, nil, corev1.EventTypeWarning, ReasonBadMapping, "Map", "%v", err)
+		return ctrl.Result{}, nil
+	}
+	r.mu.Lock()
+	r.known[req.NamespacedName] = owned
+	r.mu.Unlock()
+	ok := true
+	for _, u := range owned {
+		if !r.converge(ctx, &svc, u, desired) {
+			ok = false
+		}
+	}
+	if !ok {
+		log.V(1).Info("not every instance converged; retrying soon")
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+	}
+	return resync, nil
+}
+
+// owned keeps the upstreams this Service owns: for each upstream, the
+// oldest mapped Service (then by namespace/name). The others get a Warning.
+func (r *Reconciler) owned(ctx context.Context, svc *corev1.Service, ups []upstreamRef) ([]upstreamRef, error) {
+	var list corev1.ServiceList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil, err
+	}
+	var out []upstreamRef
+	for _, u := range ups {
+		owner := svc
+		for i := range list.Items {
+			o := &list.Items[i]
+			if o.DeletionTimestamp != nil || (o.Namespace == svc.Namespace && o.Name == svc.Name) {
+				continue
+			}
+			other, err := ParseUpstreams(o.Annotations[AnnotationUpstreams], r.Config)
+			if err != nil {
+				continue
+			}
+			for _, x := range other {
+				if x == u && older(o, owner) {
+					owner = o
+				}
+			}
+		}
+		if owner != svc {
+			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonUpstreamConflict, "Map",
+				"upstream %s is already mapped from Service %s/%s; stickydrain owns each upstream's membership for one Service only", u, owner.Namespace, owner.Name)
+			continue
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+func older(a, b *corev1.Service) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
+}
+
+func (r *Reconciler) lb(name string) *config.LoadBalancer {
+	for i := range r.Config.LoadBalancers {
+		if r.Config.LoadBalancers[i].Name == name {
+			return &r.Config.LoadBalancers[i]
+		}
+	}
+	return nil
+}
+
+// instancesOf lists a load balancer's instances: its static addresses, or
+// the ready endpoints of its instance Service.
+func (r *Reconciler) instancesOf(ctx context.Context, lb *config.LoadBalancer) ([]backend.Instance, error) {
+	addrs := lb.Instances.Static
+	if s := lb.Instances.Service; s != nil {
+		var slices discoveryv1.EndpointSliceList
+		if err := r.Client.List(ctx, &slices, client.InNamespace(s.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: s.Name}); err != nil {
+			return nil, err
+		}
+		eps, err := source.Desired(slices.Items, s.Port, source.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("load balancer %s: instances of Service %s/%s: %w", lb.Name, s.Namespace, s.Name, err)
+		}
+		addrs = nil
+		for a, e := range eps {
+			if e.State == plan.Active {
+				if lb.Type == config.TypeHAProxy {
+					addrs = append(addrs, "tcp://"+a.String())
+				} else {
+					addrs = append(addrs, "http://"+a.String()+"/api")
+				}
+			}
+		}
+		sort.Strings(addrs)
+	}
+	var out []backend.Instance
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range addrs {
+		inst, ok := r.instances[a]
+		if !ok {
+			var err error
+			if inst, err = r.Factory(*lb, a); err != nil {
+				return nil, err
+			}
+			r.instances[a] = inst
+		}
+		out = append(out, inst)
+	}
+	return out, nil
+}
+
+// converge applies one upstream's desired servers on every instance of its
+// load balancer, concurrently and independently. It reports whether every
+// instance converged.
+func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstreamRef, desired map[netip.AddrPort]source.Endpoint) bool {
+	log := logf.FromContext(ctx).WithValues("upstream", u.String())
+	lb := r.lb(u.LB)
+	if lb == nil {
+		return true
+	}
+	want := map[netip.AddrPort]plan.State{}
+	counts := map[plan.State]int{}
+	now := time.Now()
+	r.mu.Lock()
+	for a, e := range desired {
+		want[a] = e.State
+		counts[e.State]++
+		k := u.String() + "|" + a.String()
+		if e.PodName != "" {
+			r.pods[k] = e
+		}
+		if e.Terminating {
+			if _, ok := r.terminating[k]; !ok {
+				r.terminating[k] = now
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, s := range []plan.State{plan.Active, plan.Draining, plan.Down} {
+		r.Metrics.servers.WithLabelValues(u.LB, u.Upstream, s.String()).Set(float64(counts[s]))
+	}
+	insts, err := r.instancesOf(ctx, lb)
+	if err != nil {
+		r.Metrics.lbErrors.WithLabelValues(u.LB, "discover").Inc()
+		log.Error(err, "listing instances")
+		return false
+	}
+	type outcome struct {
+		inst    backend.Instance
+		applied map[netip.AddrPort]plan.Change
+		ok      bool
+	}
+	results := make([]outcome, len(insts))
+	var wg sync.WaitGroup
+	for i, inst := range insts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = outcome{inst: inst, applied: map[netip.AddrPort]plan.Change{}}
+			cur, err := inst.Servers(ctx, u.Upstream)
+			if err != nil {
+				r.Metrics.lbErrors.WithLabelValues(u.LB, "read").Inc()
+				log.Error(err, "reading servers", "instance", inst.ID())
+				return
+			}
+			changes := plan.Calculate(cur, want)
+			errs := inst.Apply(ctx, u.Upstream, changes)
+			ok := true
+			for j, ch := range changes {
+				result := "ok"
+				if errs[j] != nil {
+					result, ok = "error", false
+					r.Metrics.lbErrors.WithLabelValues(u.LB, "apply").Inc()
+					log.Error(errs[j], "applying change", "instance", inst.ID(), "op", ch.Op, "server", ch.Addr.String())
+				} else {
+					results[i].applied[ch.Addr] = ch
+					log.Info("applied", "instance", inst.ID(), "op", ch.Op, "server", ch.Addr.String(), "state", ch.State.String())
+				}
+				r.Metrics.changes.WithLabelValues(lb.Type, string(ch.Op), ch.State.String(), result).Inc()
+			}
+			results[i].ok = ok
+		}()
+	}
+	wg.Wait()
+
+	allOK := true
+	drainedEverywhere := map[netip.AddrPort]bool{}
+	removedEverywhere := map[netip.AddrPort]bool{}
+	for a, e := range desired {
+		if e.State == plan.Draining {
+			drainedEverywhere[a] = true
+		}
+	}
+	for _, res := range results {
+		allOK = allOK && res.ok
+		for a := range drainedEverywhere {
+			if !res.ok {
+				drainedEverywhere[a] = false
+			}
+		}
+		for a, ch := range res.applied {
+			if ch.State == plan.Draining && (ch.Op == plan.OpAdd || ch.Op == plan.OpSet) {
+				r.mu.Lock()
+				since, ok := r.terminating[u.String()+"|"+a.String()]
+				r.mu.Unlock()
+				if ok {
+					r.Metrics.drainDelay.WithLabelValues(u.LB).Observe(time.Since(since).Seconds())
+				}
+			}
+			if ch.Op == plan.OpRemove {
+				removedEverywhere[a] = true
+			}
+		}
+	}
+	// Events on the pods: once when their server drains on every instance,
+	// once when it is removed.
+	for a, ok := range drainedEverywhere {
+		if ok && len(results) > 0 {
+			r.announce(desired[a], u, a, ReasonDraining, fmt.Sprintf("server %s draining on %s (%d instances): bound sessions stay, new ones go elsewhere", a, u, len(results)))
+		}
+	}
+	if allOK {
+		// Servers no longer desired are gone from every instance now.
+		r.mu.Lock()
+		var gone []string
+		for k := range r.pods {
+			if rest, ok := strings.CutPrefix(k, u.String()+"|"); ok {
+				if ap, err := netip.ParseAddrPort(rest); err == nil {
+					if _, still := desired[ap]; !still {
+						gone = append(gone, k)
+					}
+				}
+			}
+		}
+		r.mu.Unlock()
+		for _, k := range gone {
+			ap, _ := netip.ParseAddrPort(strings.TrimPrefix(k, u.String()+"|"))
+			r.mu.Lock()
+			pod := r.pods[k]
+			delete(r.pods, k)
+			delete(r.terminating, k)
+			r.mu.Unlock()
+			r.announce(pod, u, ap, ReasonRemoved, fmt.Sprintf("server %s removed from %s on every instance: the pod is gone", ap, u))
+		}
+	}
+	return allOK
+}
+
+func (r *Reconciler) announce(e source.Endpoint, u upstreamRef, a netip.AddrPort, reason, msg string) {
+	if e.PodName == "" {
+		return
+	}
+	key := u.String() + "|" + a.String() + "|" + reason
+	r.mu.Lock()
+	done := r.announced[key]
+	r.announced[key] = true
+	if reason == ReasonRemoved {
+		// The address may come back with another pod: forget it.
+		delete(r.announced, u.String()+"|"+a.String()+"|"+ReasonDraining)
+		delete(r.announced, key)
+	}
+	r.mu.Unlock()
+	if done {
+		return
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: e.PodNamespace, Name: e.PodName}}
+	r.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, reason, "LoadBalance", "%s", msg)
+}

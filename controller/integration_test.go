@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
@@ -11,7 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -20,10 +23,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/plan"
@@ -53,15 +58,42 @@ func freePort(t *testing.T) int {
 
 // controllerProc runs the real controller binary with its real flags.
 type controllerProc struct {
-	t       *testing.T
-	bin     string
-	args    []string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	logPath string
+	t           *testing.T
+	bin         string
+	args        []string
+	cmd         *exec.Cmd
+	done        chan struct{}
+	logPath     string
+	metricsPort int
 }
 
-func startController(t *testing.T, c *cluster.Cluster, cfg string) *controllerProc {
+// asControllerServiceAccount applies manifests/controller/rbac.yaml and
+// returns a kubeconfig for its ServiceAccount, so the controller runs with
+// exactly the permissions it ships with.
+func asControllerServiceAccount(t *testing.T, c *cluster.Cluster) string {
+	t.Helper()
+	ctx := context.Background()
+	must(t, c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "stickydrain-system"}}))
+	_, file, _, _ := runtime.Caller(0)
+	raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "manifests", "controller", "rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		var u unstructured.Unstructured
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		must(t, c.Client.Create(ctx, &u))
+	}
+	sa, err := c.AddUser("system:serviceaccount:stickydrain-system:stickydrain-controller", "system:serviceaccounts", "system:serviceaccounts:stickydrain-system", "system:authenticated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sa
+}
+
+func startController(t *testing.T, c *cluster.Cluster, kubeconfig, cfg string) *controllerProc {
 	bin, err := bins.Build("github.com/stickydrain/stickydrain/controller")
 	if err != nil {
 		t.Fatal(err)
@@ -70,11 +102,12 @@ func startController(t *testing.T, c *cluster.Cluster, cfg string) *controllerPr
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := &controllerProc{t: t, bin: bin, logPath: filepath.Join(t.TempDir(), "controller.log"), args: []string{
-		"--config", path, "--kubeconfig", c.KubeconfigPath, "--leader-elect", "--leader-election-namespace", "default",
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+	p := &controllerProc{t: t, bin: bin, logPath: filepath.Join(t.TempDir(), "controller.log"), metricsPort: freePort(t)}
+	p.args = []string{
+		"--config", path, "--kubeconfig", kubeconfig, "--leader-elect", "--leader-election-namespace", "stickydrain-system",
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", p.metricsPort),
 		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-	}}
+	}
 	p.start()
 	t.Cleanup(func() {
 		p.stop()
@@ -173,13 +206,15 @@ func TestControllerDrainsTerminatingPodsOnEveryHAProxy(t *testing.T) {
 	t.Cleanup(func() { _ = host.Stop() })
 	h1 := haproxytest.Start(t, "shared-secret", haproxytest.Backend{Name: "shop", Slots: 8})
 	h2 := haproxytest.Start(t, "shared-secret", haproxytest.Backend{Name: "shop", Slots: 8})
-	ctrlProc := startController(t, c, fmt.Sprintf(`
+	ctrlProc := startController(t, c, asControllerServiceAccount(t, c), fmt.Sprintf(`
 loadBalancers:
   - name: edge
     type: haproxy
     timeout: 2s
     instances:
-      static: [%q, %q]
+      # The third instance is never reachable: it must not hold the
+      # other two back.
+      static: [%q, %q, "unix:///nonexistent/haproxy.sock"]
 resync: 2s
 `, h1.Address(), h2.Address()))
 
@@ -274,6 +309,12 @@ resync: 2s
 		}
 	}
 	checkSticky("while draining")
+	ctrlProc.expectMetrics(t,
+		`stickydrain_controller_servers{lb="edge",state="draining",upstream="shop"} 1`,
+		`stickydrain_controller_changes_total{backend="haproxy",op="add",result="ok",state="active"}`,
+		`stickydrain_controller_changes_total{backend="haproxy",op="set",result="ok",state="draining"} 2`,
+		`stickydrain_controller_drain_delay_seconds_count{lb="edge"} 2`,
+	)
 
 	// HAProxy restarts mid-drain and forgets it; the controller repairs it.
 	h2.Restart()
@@ -300,9 +341,6 @@ resync: 2s
 		t.Fatal(err)
 	}
 	podGone := time.Now()
-	if _, ok := servers(t, h1)[addr]; !ok {
-		t.Log("server already removed from h1 when podhost deleted the pod (it may race the final delete)")
-	}
 	removed := eventually(t, ctx, "the victim removed from both instances", func() bool {
 		_, in1 := servers(t, h1)[addr]
 		_, in2 := servers(t, h2)[addr]
@@ -346,6 +384,28 @@ resync: 2s
 	})
 	if s := servers(t, h1); len(s) != 2 {
 		t.Errorf("after the conflicting Service, h1 has %v; the owner's servers must stay", s)
+	}
+
+	// The process started after the restart removed the server.
+	ctrlProc.expectMetrics(t,
+		`stickydrain_controller_servers{lb="edge",state="active",upstream="shop"} 2`,
+		`stickydrain_controller_changes_total{backend="haproxy",op="remove",result="ok",state="unknown"}`,
+		`stickydrain_controller_lb_errors_total{call="read",lb="edge"}`,
+	)
+}
+
+func (p *controllerProc) expectMetrics(t *testing.T, wants ...string) {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", p.metricsPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range wants {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("controller metrics lack %s", want)
+		}
 	}
 }
 

@@ -389,20 +389,13 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 	}
 	wg.Wait()
 
-	allOK := true
-	drainedEverywhere := map[netip.AddrPort]bool{}
-	removedEverywhere := map[netip.AddrPort]bool{}
-	for a, e := range desired {
-		if e.State == plan.Draining {
-			drainedEverywhere[a] = true
-		}
-	}
+	// Events speak of the instances that answered; one that is down
+	// converges when it returns (every pass reads its actual state).
+	allOK, answered := true, 0
 	for _, res := range results {
 		allOK = allOK && res.ok
-		for a := range drainedEverywhere {
-			if !res.ok {
-				drainedEverywhere[a] = false
-			}
+		if res.ok {
+			answered++
 		}
 		for a, ch := range res.applied {
 			if ch.State == plan.Draining && (ch.Op == plan.OpAdd || ch.Op == plan.OpSet) {
@@ -413,20 +406,17 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 					r.Metrics.drainDelay.WithLabelValues(u.LB).Observe(time.Since(since).Seconds())
 				}
 			}
-			if ch.Op == plan.OpRemove {
-				removedEverywhere[a] = true
+		}
+	}
+	if answered > 0 {
+		for a, e := range desired {
+			if e.State == plan.Draining {
+				r.announce(e, u, a, ReasonDraining, fmt.Sprintf("server %s draining on %s (%d of %d instances): bound sessions stay, new ones go elsewhere", a, u, answered, len(results)))
 			}
 		}
 	}
-	// Events on the pods: once when their server drains on every instance,
-	// once when it is removed.
-	for a, ok := range drainedEverywhere {
-		if ok && len(results) > 0 {
-			r.announce(desired[a], u, a, ReasonDraining, fmt.Sprintf("server %s draining on %s (%d instances): bound sessions stay, new ones go elsewhere", a, u, len(results)))
-		}
-	}
-	if allOK {
-		// Servers no longer desired are gone from every instance now.
+	if answered > 0 {
+		// Servers no longer desired are gone from every instance that answered.
 		r.mu.Lock()
 		var gone []string
 		for k := range r.pods {
@@ -446,7 +436,7 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 			delete(r.pods, k)
 			delete(r.terminating, k)
 			r.mu.Unlock()
-			r.announce(pod, u, ap, ReasonRemoved, fmt.Sprintf("server %s removed from %s on every instance: the pod is gone", ap, u))
+			r.announce(pod, u, ap, ReasonRemoved, fmt.Sprintf("server %s removed from %s (%d of %d instances): the pod is gone", ap, u, answered, len(results)))
 		}
 	}
 	return allOK

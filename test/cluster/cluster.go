@@ -335,6 +335,28 @@ func (c *Cluster) Stop() error {
 	return c.stopErr
 }
 
+// AddUser authenticates a new user with the given groups and returns the
+// path of a kubeconfig for it, to run a component with the RBAC it ships.
+func (c *Cluster) AddUser(name string, groups ...string) (string, error) {
+	u, err := c.env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		return "", fmt.Errorf("adding user %s: %w", name, err)
+	}
+	b, err := u.KubeConfig()
+	if err != nil {
+		return "", fmt.Errorf("kubeconfig for %s: %w", name, err)
+	}
+	f, err := os.CreateTemp(c.Dir, "kubeconfig-*")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
+		return "", err
+	}
+	return f.Name(), nil
+}
+
 // Logs returns the last n lines of each control-plane log, for failing tests.
 func (c *Cluster) Logs(n int) string {
 	var b strings.Builder

@@ -415,3 +415,106 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestControllerFindsHAProxyInstancesThroughAService runs HAProxy itself as
+// a pod (two replicas, under podhost) and configures the controller with
+// the Service in front of their Runtime API, as a cluster runs an HAProxy
+// Deployment.
+func TestControllerFindsHAProxyInstancesThroughAService(t *testing.T) {
+	c := cluster.StartT(t, cluster.Options{})
+	app, err := bins.Build("github.com/stickydrain/stickydrain/test/sessionapp/cmd/sessionapp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	haproxyBin, err := exec.LookPath("haproxy")
+	if err != nil {
+		t.Fatalf("haproxy is not installed (test/deps.sh installs it): %v", err)
+	}
+	host, err := podhost.Start(context.Background(), podhost.Options{Clientset: c.Clientset, Nodes: c.Nodes, Log: t.Logf,
+		Images: map[string]string{"sessionapp": app, "haproxy": haproxyBin}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = host.Stop() })
+	cfgFile := filepath.Join(t.TempDir(), "haproxy.cfg")
+	must(t, os.WriteFile(cfgFile, []byte(`global
+    stats socket ipv4@0.0.0.0:9999 level admin
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 30s
+    timeout server 30s
+frontend www
+    bind :8080
+    default_backend shop
+backend shop
+    cookie SRV insert indirect nocache dynamic
+    dynamic-cookie-key k
+    server-template pod 1-8 0.0.0.0:0 disabled
+`), 0o644))
+	ctrlProc := startController(t, c, asControllerServiceAccount(t, c), `
+loadBalancers:
+  - name: edge
+    type: haproxy
+    instances:
+      service: {namespace: lb, name: haproxy-runtime, port: runtime}
+resync: 2s
+`)
+	_ = ctrlProc
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	k := c.Client
+	for _, ns := range []string{"lb", "shop"} {
+		must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	}
+	deploy := func(ns, name string, replicas int32, ctr corev1.Container) {
+		must(t, k.Create(ctx, &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas),
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{ctr}}}},
+		}))
+	}
+	deploy("lb", "haproxy", 2, corev1.Container{Name: "haproxy", Image: "haproxy", Args: []string{"-db", "-f", cfgFile},
+		Ports:          []corev1.ContainerPort{{Name: "runtime", ContainerPort: 9999}, {Name: "http", ContainerPort: 8080}},
+		ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("runtime")}}}})
+	must(t, k.Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "haproxy-runtime", Namespace: "lb"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "haproxy"},
+			Ports: []corev1.ServicePort{{Name: "runtime", Port: 9999, TargetPort: intstr.FromString("runtime")}}},
+	}))
+	must(t, k.Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", Annotations: map[string]string{"stickydrain.io/upstreams": "edge/shop"}},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
+	}))
+	deploy("shop", "web", 2, corev1.Container{Name: "app", Image: "sessionapp", Args: []string{"--listen=:8080"},
+		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}})
+
+	eventually(t, ctx, "both web pods active on both HAProxy pods, found through their Service", func() bool {
+		var lbPods, webPods corev1.PodList
+		if k.List(ctx, &lbPods, client.InNamespace("lb")) != nil || k.List(ctx, &webPods, client.InNamespace("shop")) != nil {
+			return false
+		}
+		if len(lbPods.Items) != 2 || len(webPods.Items) != 2 {
+			return false
+		}
+		for _, lp := range lbPods.Items {
+			if lp.Status.PodIP == "" {
+				return false
+			}
+			inst, _ := haproxy.New("tcp://"+lp.Status.PodIP+":9999", time.Second)
+			got, err := inst.Servers(ctx, "shop")
+			if err != nil || len(got) != 2 {
+				return false
+			}
+			for _, wp := range webPods.Items {
+				if wp.Status.PodIP == "" || got[netip.MustParseAddrPort(wp.Status.PodIP+":8080")] != plan.Active {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}

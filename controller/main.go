@@ -4,15 +4,18 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -44,11 +47,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "controller:", err)
 		os.Exit(2)
 	}
-	for i, lb := range cfg.LoadBalancers {
-		if lb.Type != config.TypeHAProxy {
-			fmt.Fprintf(os.Stderr, "controller: %s: loadBalancers[%d].type %s is not supported by this build yet\n", configPath, i, lb.Type)
-			os.Exit(2)
-		}
+	if err := supported(cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "controller: %s: %v\n", configPath, err)
+		os.Exit(2)
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -90,6 +91,24 @@ func main() {
 		log.Error(err, "setting up the controller")
 		os.Exit(1)
 	}
+	// A changed configuration file is validated; a bad one is refused and
+	// the running configuration kept.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		config.Watch(ctx, configPath, 5*time.Second, func(c *config.Config) {
+			if err := supported(c); err != nil {
+				log.Error(err, "refusing configuration change; keeping the running configuration", "config", configPath)
+				return
+			}
+			r.SetConfig(c)
+			log.Info("configuration reloaded", "config", configPath, "loadBalancers", len(c.LoadBalancers))
+		}, func(err error) {
+			log.Error(err, "refusing configuration change; keeping the running configuration", "config", configPath)
+		})
+		return nil
+	})); err != nil {
+		log.Error(err, "adding the configuration watcher")
+		os.Exit(1)
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "adding healthz")
 		os.Exit(1)
@@ -103,4 +122,14 @@ func main() {
 		log.Error(err, "controller stopped")
 		os.Exit(1)
 	}
+}
+
+// supported refuses load-balancer types this build cannot drive yet.
+func supported(c *config.Config) error {
+	for i, lb := range c.LoadBalancers {
+		if lb.Type != config.TypeHAProxy {
+			return fmt.Errorf("loadBalancers[%d].type %s is not supported by this build yet", i, lb.Type)
+		}
+	}
+	return nil
 }

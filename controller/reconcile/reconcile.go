@@ -67,13 +67,15 @@ func DefaultFactory(lb config.LoadBalancer, addr string) (backend.Instance, erro
 
 // Reconciler reconciles Services.
 type Reconciler struct {
-	Client   client.Client
+	Client client.Client
+	// Config is the configuration at start; SetConfig replaces it.
 	Config   *config.Config
 	Factory  InstanceFactory
 	Recorder recorder.EventRecorder
 	Metrics  *Metrics
 
 	mu          sync.Mutex
+	current     *config.Config
 	instances   map[string]backend.Instance            // by address
 	terminating map[string]time.Time                   // "upstream|addr" → first seen terminating
 	pods        map[string]source.Endpoint             // "upstream|addr" → its pod, while it is desired
@@ -116,6 +118,7 @@ func ParseUpstreams(v string, cfg *config.Config) ([]upstreamRef, error) {
 // annotation, and the EndpointSlices of those Services and of the
 // Services that list load-balancer instances.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.current = r.Config
 	r.instances = map[string]backend.Instance{}
 	r.terminating = map[string]time.Time{}
 	r.announced = map[string]bool{}
@@ -134,6 +137,21 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
+// SetConfig replaces the configuration (a validated change of the file);
+// the next pass of each Service uses it.
+func (r *Reconciler) SetConfig(c *config.Config) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.current = c
+	r.instances = map[string]backend.Instance{} // addresses or timeouts may have changed
+}
+
+func (r *Reconciler) cfg() *config.Config {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.current
+}
+
 // mapSlice sends a slice's Service, and when the slice lists instances of a
 // load balancer, every Service mapped onto that load balancer.
 func (r *Reconciler) mapSlice(ctx context.Context, o client.Object) []ctrl.Request {
@@ -142,7 +160,7 @@ func (r *Reconciler) mapSlice(ctx context.Context, o client.Object) []ctrl.Reque
 		return nil
 	}
 	reqs := []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: svc}}}
-	for _, lb := range r.Config.LoadBalancers {
+	for _, lb := range r.cfg().LoadBalancers {
 		if s := lb.Instances.Service; s != nil && s.Namespace == o.GetNamespace() && s.Name == svc {
 			var list corev1.ServiceList
 			if err := r.Client.List(ctx, &list); err == nil {
@@ -160,7 +178,8 @@ func (r *Reconciler) mapSlice(ctx context.Context, o client.Object) []ctrl.Reque
 // Reconcile brings every upstream of one Service in step on every instance.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
-	resync := ctrl.Result{RequeueAfter: r.Config.Resync.Duration}
+	cfg := r.cfg()
+	resync := ctrl.Result{RequeueAfter: cfg.Resync.Duration}
 	var svc corev1.Service
 	err := r.Client.Get(ctx, req.NamespacedName, &svc)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -186,7 +205,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.mu.Unlock()
 		return ctrl.Result{}, nil
 	}
-	ups, err := ParseUpstreams(annotation, r.Config)
+	ups, err := ParseUpstreams(annotation, cfg)
 	if err != nil {
 		r.Recorder.Eventf(&svc, nil, corev1.EventTypeWarning, ReasonBadMapping, "Map", "%v", err)
 		return ctrl.Result{}, nil
@@ -200,7 +219,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	desired, err := source.Desired(slices.Items, svc.Annotations[AnnotationPort], source.Options{
-		DrainNotReady: r.Config.DrainNotReady, KeepDrainingWhenNotServing: r.Config.KeepDrainingWhenNotServing,
+		DrainNotReady: cfg.DrainNotReady, KeepDrainingWhenNotServing: cfg.KeepDrainingWhenNotServing,
 	})
 	if err != nil {
 		r.Recorder.Eventf(&svc, nil, corev1.EventTypeWarning, ReasonBadMapping, "Map", "%v", err)
@@ -237,7 +256,7 @@ func (r *Reconciler) owned(ctx context.Context, svc *corev1.Service, ups []upstr
 			if o.DeletionTimestamp != nil || (o.Namespace == svc.Namespace && o.Name == svc.Name) {
 				continue
 			}
-			other, err := ParseUpstreams(o.Annotations[AnnotationUpstreams], r.Config)
+			other, err := ParseUpstreams(o.Annotations[AnnotationUpstreams], r.cfg())
 			if err != nil {
 				continue
 			}
@@ -265,9 +284,10 @@ func older(a, b *corev1.Service) bool {
 }
 
 func (r *Reconciler) lb(name string) *config.LoadBalancer {
-	for i := range r.Config.LoadBalancers {
-		if r.Config.LoadBalancers[i].Name == name {
-			return &r.Config.LoadBalancers[i]
+	cfg := r.cfg()
+	for i := range cfg.LoadBalancers {
+		if cfg.LoadBalancers[i].Name == name {
+			return &cfg.LoadBalancers[i]
 		}
 	}
 	return nil

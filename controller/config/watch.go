@@ -1,0 +1,37 @@
+package config
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"time"
+)
+
+// Watch re-reads the file at path every interval (a ConfigMap volume is
+// updated by a symlink swap, which file events miss) and, when its content
+// changes, calls apply with the new configuration if it is valid, or
+// refused with the reason if it is not; a refused change leaves the
+// running configuration as it is. It returns when ctx ends.
+func Watch(ctx context.Context, path string, every time.Duration, apply func(*Config), refused func(error)) {
+	last, _ := os.ReadFile(path)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		b, err := os.ReadFile(path)
+		if err != nil || bytes.Equal(b, last) {
+			continue
+		}
+		last = b
+		c, err := Parse(b)
+		if err != nil {
+			refused(err)
+			continue
+		}
+		apply(c)
+	}
+}

@@ -1,0 +1,51 @@
+package config
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestWatchAppliesValidChangesAndRefusesInvalidOnes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	valid := "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}}]\nresync: %s\n"
+	write := func(s string) {
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(strings.Replace(valid, "%s", "30s", 1))
+	applied := make(chan *Config, 4)
+	refused := make(chan error, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go Watch(ctx, path, 10*time.Millisecond, func(c *Config) { applied <- c }, func(err error) { refused <- err })
+
+	write("loadBalancers: [{name: a, type: f5}]\n")
+	select {
+	case err := <-refused:
+		if !strings.Contains(err.Error(), `loadBalancers[0].type: "f5"`) {
+			t.Errorf("refusal %v does not name the field", err)
+		}
+	case <-applied:
+		t.Fatal("an invalid configuration was applied")
+	case <-time.After(5 * time.Second):
+		t.Fatal("no refusal")
+	}
+	write(strings.Replace(valid, "%s", "1m", 1))
+	select {
+	case c := <-applied:
+		if c.Resync.Duration != time.Minute {
+			t.Errorf("applied resync %v", c.Resync.Duration)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a valid change was not applied")
+	}
+}

@@ -127,7 +127,7 @@ func main() {
 // supported refuses load-balancer types this build cannot drive yet.
 func supported(c *config.Config) error {
 	for i, lb := range c.LoadBalancers {
-		if lb.Type != config.TypeHAProxy {
+		if lb.Type != config.TypeHAProxy && lb.Type != config.TypeNGINXPlus {
 			return fmt.Errorf("loadBalancers[%d].type %s is not supported by this build yet", i, lb.Type)
 		}
 	}

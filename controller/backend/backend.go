@@ -21,3 +21,11 @@ type Instance interface {
 	// keeps going after a failure.
 	Apply(ctx context.Context, upstream string, changes []plan.Change) []error
 }
+
+// Normalizer is implemented by instances that cannot represent every
+// state: before planning, the desired states are mapped to what the
+// instance can hold (NGINX Plus stream upstreams have no drain, so
+// draining becomes down there). It is called after Servers.
+type Normalizer interface {
+	Normalize(upstream string, desired map[netip.AddrPort]plan.State) map[netip.AddrPort]plan.State
+}

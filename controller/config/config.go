@@ -55,6 +55,24 @@ type LoadBalancer struct {
 	Instances Instances `json:"instances"`
 	// Timeout bounds one call to one instance. Default 5s.
 	Timeout Duration `json:"timeout,omitempty"`
+	// NGINXPlus holds the API options of a nginx-plus load balancer.
+	NGINXPlus *NGINXPlusOptions `json:"nginxPlus,omitempty"`
+}
+
+// NGINXPlusOptions say how to talk to the NGINX Plus API. Credentials come
+// from mounted files only.
+type NGINXPlusOptions struct {
+	// APIVersion pins the API version (4–9); 0 negotiates the newest both
+	// sides speak.
+	APIVersion int `json:"apiVersion,omitempty"`
+	// CAFile verifies an https API against this CA bundle.
+	CAFile string `json:"caFile,omitempty"`
+	// InsecureSkipVerify skips TLS verification.
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+	// BasicAuthFile holds user:password.
+	BasicAuthFile string `json:"basicAuthFile,omitempty"`
+	// HeaderFile holds extra request headers, one "Name: value" a line.
+	HeaderFile string `json:"headerFile,omitempty"`
 }
 
 // Instances is a static list of addresses or a Service whose ready
@@ -152,6 +170,14 @@ func (c *Config) Validate() error {
 		case TypeHAProxy, TypeNGINXPlus:
 		default:
 			bad(f+".type", "%q is not one of %s, %s", lb.Type, TypeHAProxy, TypeNGINXPlus)
+		}
+		if o := lb.NGINXPlus; o != nil {
+			if lb.Type != TypeNGINXPlus {
+				bad(f+".nginxPlus", "only for type %s", TypeNGINXPlus)
+			}
+			if o.APIVersion != 0 && (o.APIVersion < 4 || o.APIVersion > 9) {
+				bad(f+".nginxPlus.apiVersion", "%d is not supported; want 4 to 9, or 0 to negotiate", o.APIVersion)
+			}
 		}
 		if lb.Timeout.Duration <= 0 {
 			bad(f+".timeout", "want a positive duration")

@@ -29,6 +29,7 @@ import (
 
 	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
+	"github.com/stickydrain/stickydrain/controller/backend/nginxplus"
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/plan"
 	"github.com/stickydrain/stickydrain/controller/source"
@@ -61,6 +62,8 @@ func DefaultFactory(lb config.LoadBalancer, addr string) (backend.Instance, erro
 	switch lb.Type {
 	case config.TypeHAProxy:
 		return haproxy.New(addr, lb.Timeout.Duration)
+	case config.TypeNGINXPlus:
+		return nginxplus.New(addr, lb)
 	}
 	return nil, fmt.Errorf("load balancer %s: type %s is not supported by this build", lb.Name, lb.Type)
 }
@@ -389,7 +392,11 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 				log.Error(err, "reading servers", "instance", inst.ID())
 				return
 			}
-			changes := plan.Calculate(cur, want)
+			target := want
+			if nz, ok := inst.(backend.Normalizer); ok {
+				target = nz.Normalize(u.Upstream, want)
+			}
+			changes := plan.Calculate(cur, target)
 			errs := inst.Apply(ctx, u.Upstream, changes)
 			ok := true
 			for j, ch := range changes {

@@ -1,0 +1,388 @@
+// Package nginxplus drives NGINX Plus through its API with
+// github.com/nginx/nginx-plus-go-client, server by server: POST to add,
+// PATCH drain=true to drain, PATCH down to take down, DELETE to remove,
+// each by the ID found from ip:port. It never calls UpdateHTTPServers,
+// which rewrites the whole list and deletes what it was not given.
+//
+// The client cannot send drain=false (the field is omitempty), so a server
+// leaves drain by being deleted and added again. Stream upstreams have no
+// drain in NGINX Plus: a terminating endpoint of a stream upstream is
+// marked down, which stops new connections (existing ones run on).
+package nginxplus
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/nginx/nginx-plus-go-client/v3/client"
+	"k8s.io/utils/ptr"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/stickydrain/stickydrain/controller/backend"
+	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/plan"
+)
+
+// Versions are the API versions this backend speaks.
+var Versions = []int{4, 5, 6, 7, 8, 9}
+
+// Instance is one NGINX Plus API endpoint (http(s)://host:port/api).
+type Instance struct {
+	id      string
+	http    *http.Client
+	pinned  int
+	mu      sync.Mutex
+	c       *client.NginxClient
+	stream  map[string]bool // upstream → is a stream upstream
+	gen     uint64
+	loaded  string
+	restart int
+}
+
+var (
+	_ backend.Instance   = (*Instance)(nil)
+	_ backend.Normalizer = (*Instance)(nil)
+)
+
+// New returns the instance at addr with lb's options.
+func New(addr string, lb config.LoadBalancer) (*Instance, error) {
+	o := lb.NGINXPlus
+	if o == nil {
+		o = &config.NGINXPlusOptions{}
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil
+	if o.CAFile != "" || o.InsecureSkipVerify {
+		tc := &tls.Config{InsecureSkipVerify: o.InsecureSkipVerify} //nolint:gosec // asked for in the configuration
+		if o.CAFile != "" {
+			pem, err := os.ReadFile(o.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("nginx-plus %s: nginxPlus.caFile: %w", addr, err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("nginx-plus %s: nginxPlus.caFile %s holds no PEM certificate", addr, o.CAFile)
+			}
+			tc.RootCAs = pool
+		}
+		tr.TLSClientConfig = tc
+	}
+	hdr := http.Header{}
+	if o.BasicAuthFile != "" {
+		b, err := os.ReadFile(o.BasicAuthFile)
+		if err != nil {
+			return nil, fmt.Errorf("nginx-plus %s: nginxPlus.basicAuthFile: %w", addr, err)
+		}
+		user, pass, ok := strings.Cut(strings.TrimSpace(string(b)), ":")
+		if !ok {
+			return nil, fmt.Errorf("nginx-plus %s: nginxPlus.basicAuthFile %s: want user:password", addr, o.BasicAuthFile)
+		}
+		r, _ := http.NewRequest(http.MethodGet, "/", nil)
+		r.SetBasicAuth(user, pass)
+		hdr.Set("Authorization", r.Header.Get("Authorization"))
+	}
+	if o.HeaderFile != "" {
+		b, err := os.ReadFile(o.HeaderFile)
+		if err != nil {
+			return nil, fmt.Errorf("nginx-plus %s: nginxPlus.headerFile: %w", addr, err)
+		}
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for n := 1; sc.Scan(); n++ {
+			line := strings.TrimSpace(sc.Text())
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			k, v, ok := strings.Cut(line, ":")
+			if !ok || strings.TrimSpace(k) == "" {
+				return nil, fmt.Errorf("nginx-plus %s: nginxPlus.headerFile %s line %d: want 'Name: value'", addr, o.HeaderFile, n)
+			}
+			hdr.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+		}
+	}
+	return &Instance{
+		id:     addr,
+		http:   &http.Client{Timeout: lb.Timeout.Duration, Transport: headerTransport{tr, hdr}},
+		pinned: o.APIVersion,
+		stream: map[string]bool{},
+	}, nil
+}
+
+type headerTransport struct {
+	rt  http.RoundTripper
+	hdr http.Header
+}
+
+func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if len(h.hdr) > 0 {
+		r = r.Clone(r.Context())
+		for k, vs := range h.hdr {
+			r.Header[k] = vs
+		}
+	}
+	return h.rt.RoundTrip(r)
+}
+
+// ID is the API address.
+func (n *Instance) ID() string { return n.id }
+
+// Restarts counts the restarts (or reloads) seen through /nginx.
+func (n *Instance) Restarts() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.restart
+}
+
+// client negotiates the API version once: the newest the server lists
+// that this backend speaks, or the pinned one if the server lists it.
+func (n *Instance) client(ctx context.Context) (*client.NginxClient, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.c != nil {
+		return n.c, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.id+"/", nil)
+	if err != nil {
+		return nil, fmt.Errorf("nginx-plus %s: %w", n.id, err)
+	}
+	resp, err := n.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("nginx-plus %s: listing API versions: %w", n.id, err)
+	}
+	defer resp.Body.Close()
+	var offered []int
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&offered) != nil {
+		return nil, fmt.Errorf("nginx-plus %s: listing API versions: status %s", n.id, resp.Status)
+	}
+	v := 0
+	for _, o := range offered {
+		if slices.Contains(Versions, o) && o > v && (n.pinned == 0 || o == n.pinned) {
+			v = o
+		}
+	}
+	if v == 0 {
+		return nil, fmt.Errorf("nginx-plus %s: no common API version: it offers %v, stickydrain speaks %v (pinned %d)", n.id, offered, Versions, n.pinned)
+	}
+	c, err := client.NewNginxClient(n.id, client.WithHTTPClient(n.http), client.WithAPIVersion(v))
+	if err != nil {
+		return nil, fmt.Errorf("nginx-plus %s: %w", n.id, err)
+	}
+	n.c = c
+	return c, nil
+}
+
+func errCode(err error) string {
+	var se client.StatusError
+	if errors.As(err, &se) {
+		return se.Code()
+	}
+	return ""
+}
+
+// Servers reads the upstream's servers (an http upstream, else a stream
+// one), after checking /nginx for a restart.
+func (n *Instance) Servers(ctx context.Context, upstream string) (map[netip.AddrPort]plan.State, error) {
+	c, err := n.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if info, err := c.GetNginxInfo(ctx); err == nil {
+		n.mu.Lock()
+		if n.gen != 0 && (info.Generation != n.gen || info.LoadTimestamp != n.loaded) {
+			n.restart++
+			logf.FromContext(ctx).Info("NGINX Plus restarted or reloaded; repairing every upstream", "instance", n.id,
+				"generation", info.Generation, "loadTimestamp", info.LoadTimestamp)
+		}
+		n.gen, n.loaded = info.Generation, info.LoadTimestamp
+		n.mu.Unlock()
+	}
+	out := map[netip.AddrPort]plan.State{}
+	servers, err := c.GetHTTPServers(ctx, upstream)
+	if errCode(err) == "UpstreamNotFound" {
+		streams, serr := c.GetStreamServers(ctx, upstream)
+		if serr != nil {
+			return nil, fmt.Errorf("nginx-plus %s: upstream %s is neither an http nor a stream upstream: %w", n.id, upstream, serr)
+		}
+		n.mu.Lock()
+		n.stream[upstream] = true
+		n.mu.Unlock()
+		for _, s := range streams {
+			if a, ok := parse(s.Server); ok {
+				out[a] = state(false, ptr.Deref(s.Down, false))
+			}
+		}
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nginx-plus %s: %w", n.id, err)
+	}
+	n.mu.Lock()
+	n.stream[upstream] = false
+	n.mu.Unlock()
+	for _, s := range servers {
+		if a, ok := parse(s.Server); ok {
+			out[a] = state(s.Drain, ptr.Deref(s.Down, false))
+		}
+	}
+	return out, nil
+}
+
+func parse(s string) (netip.AddrPort, bool) {
+	a, err := netip.ParseAddrPort(s)
+	if err != nil {
+		return netip.AddrPort{}, false
+	}
+	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port()), true
+}
+
+func state(drain, down bool) plan.State {
+	switch {
+	case down:
+		return plan.Down
+	case drain:
+		return plan.Draining
+	}
+	return plan.Active
+}
+
+// Normalize maps draining to down on stream upstreams, which have no drain.
+func (n *Instance) Normalize(upstream string, desired map[netip.AddrPort]plan.State) map[netip.AddrPort]plan.State {
+	n.mu.Lock()
+	stream := n.stream[upstream]
+	n.mu.Unlock()
+	if !stream {
+		return desired
+	}
+	out := make(map[netip.AddrPort]plan.State, len(desired))
+	for a, s := range desired {
+		if s == plan.Draining {
+			s = plan.Down
+		}
+		out[a] = s
+	}
+	return out
+}
+
+// Apply makes the changes one server at a time, going on after failures.
+func (n *Instance) Apply(ctx context.Context, upstream string, changes []plan.Change) []error {
+	errs := make([]error, len(changes))
+	if len(changes) == 0 {
+		return errs
+	}
+	c, err := n.client(ctx)
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	n.mu.Lock()
+	stream := n.stream[upstream]
+	n.mu.Unlock()
+	for i, ch := range changes {
+		if stream {
+			errs[i] = n.applyStream(ctx, c, upstream, ch)
+		} else {
+			errs[i] = n.applyHTTP(ctx, c, upstream, ch)
+		}
+		if errs[i] != nil {
+			errs[i] = fmt.Errorf("nginx-plus %s: %s %s %s: %w", n.id, ch.Op, upstream, ch.Addr, errs[i])
+		}
+	}
+	return errs
+}
+
+func (n *Instance) httpID(ctx context.Context, c *client.NginxClient, upstream, server string) (int, error) {
+	servers, err := c.GetHTTPServers(ctx, upstream)
+	if err != nil {
+		return 0, err
+	}
+	for _, s := range servers {
+		if s.Server == server {
+			return s.ID, nil
+		}
+	}
+	return 0, client.ErrServerNotFound
+}
+
+func (n *Instance) applyHTTP(ctx context.Context, c *client.NginxClient, upstream string, ch plan.Change) error {
+	server := ch.Addr.String()
+	patch := func(s client.UpstreamServer) error {
+		id, err := n.httpID(ctx, c, upstream, server)
+		if err != nil {
+			return err
+		}
+		s.ID, s.Server = id, server
+		return c.UpdateHTTPServer(ctx, upstream, s)
+	}
+	switch ch.Op {
+	case plan.OpAdd:
+		if err := c.AddHTTPServer(ctx, upstream, client.UpstreamServer{Server: server, Down: ptr.To(ch.State == plan.Down)}); err != nil {
+			return err
+		}
+		if ch.State == plan.Draining {
+			return patch(client.UpstreamServer{Drain: true})
+		}
+		return nil
+	case plan.OpSet:
+		switch {
+		case ch.State == plan.Draining:
+			return patch(client.UpstreamServer{Drain: true, Down: ptr.To(false)})
+		case ch.State == plan.Down:
+			return patch(client.UpstreamServer{Down: ptr.To(true)})
+		case ch.From == plan.Draining:
+			// drain=false cannot be sent: delete and add again.
+			if err := c.DeleteHTTPServer(ctx, upstream, server); err != nil {
+				return err
+			}
+			return c.AddHTTPServer(ctx, upstream, client.UpstreamServer{Server: server})
+		default:
+			return patch(client.UpstreamServer{Down: ptr.To(false)})
+		}
+	case plan.OpRemove:
+		err := c.DeleteHTTPServer(ctx, upstream, server)
+		if errors.Is(err, client.ErrServerNotFound) {
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+func (n *Instance) applyStream(ctx context.Context, c *client.NginxClient, upstream string, ch plan.Change) error {
+	server := ch.Addr.String()
+	down := ch.State != plan.Active
+	switch ch.Op {
+	case plan.OpAdd:
+		return c.AddStreamServer(ctx, upstream, client.StreamUpstreamServer{Server: server, Down: ptr.To(down)})
+	case plan.OpSet:
+		servers, err := c.GetStreamServers(ctx, upstream)
+		if err != nil {
+			return err
+		}
+		for _, s := range servers {
+			if s.Server == server {
+				return c.UpdateStreamServer(ctx, upstream, client.StreamUpstreamServer{ID: s.ID, Server: server, Down: ptr.To(down)})
+			}
+		}
+		return client.ErrServerNotFound
+	case plan.OpRemove:
+		err := c.DeleteStreamServer(ctx, upstream, server)
+		if errors.Is(err, client.ErrServerNotFound) {
+			return nil
+		}
+		return err
+	}
+	return nil
+}

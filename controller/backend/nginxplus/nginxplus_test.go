@@ -1,0 +1,172 @@
+package nginxplus
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/plan"
+	"github.com/stickydrain/stickydrain/test/nginxplus"
+)
+
+// These tests run against the NGINX Plus API emulator (test/nginxplus),
+// not NGINX Plus.
+
+var (
+	a = netip.MustParseAddrPort("198.18.0.1:8080")
+	b = netip.MustParseAddrPort("198.18.0.2:8080")
+)
+
+func emulator(t *testing.T, opts nginxplus.Options, wrap func(http.Handler) http.Handler) (*nginxplus.Emulator, string) {
+	e := nginxplus.New(opts)
+	h := e.Handler()
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return e, srv.URL + "/api"
+}
+
+func lb(o *config.NGINXPlusOptions) config.LoadBalancer {
+	return config.LoadBalancer{Name: "edge", Type: config.TypeNGINXPlus, Timeout: config.Duration{Duration: 2 * time.Second}, NGINXPlus: o}
+}
+
+func converge(t *testing.T, n *Instance, upstream string, desired map[netip.AddrPort]plan.State) {
+	t.Helper()
+	ctx := context.Background()
+	cur, err := n.Servers(ctx, upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := n.Normalize(upstream, desired)
+	for _, err := range n.Apply(ctx, upstream, plan.Calculate(cur, target)) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := n.Servers(ctx, upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(target, got, cmpopts.EquateComparable(netip.AddrPort{})); diff != "" {
+		t.Fatalf("after apply (-want +got):\n%s", diff)
+	}
+}
+
+func TestHTTPUpstreamLifecycle(t *testing.T) {
+	e, url := emulator(t, nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop"}}}, nil)
+	n, err := New(url, lb(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	converge(t, n, "shop", map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active})
+	before := e.Requests()
+	converge(t, n, "shop", map[netip.AddrPort]plan.State{a: plan.Draining, b: plan.Active})
+	t.Logf("API calls for one drain, reads included: %d", e.Requests()-before)
+	if s := e.Servers(false, "shop"); !s[0].Drain || s[0].Down {
+		t.Errorf("emulator holds %+v, want drain: true", s[0])
+	}
+	converge(t, n, "shop", map[netip.AddrPort]plan.State{a: plan.Down, b: plan.Active})
+	// Leaving drain needs a delete and an add (drain=false cannot be sent).
+	converge(t, n, "shop", map[netip.AddrPort]plan.State{a: plan.Draining, b: plan.Active})
+	converge(t, n, "shop", map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active})
+	converge(t, n, "shop", map[netip.AddrPort]plan.State{b: plan.Active})
+	if s := e.Servers(false, "shop"); len(s) != 1 || s[0].Server != b.String() {
+		t.Errorf("after removal: %+v", s)
+	}
+}
+
+func TestStreamUpstreamsMarkDrainsDown(t *testing.T) {
+	e, url := emulator(t, nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "tcp", Zone: "tcp", Stream: true}}}, nil)
+	n, _ := New(url, lb(nil))
+	converge(t, n, "tcp", map[netip.AddrPort]plan.State{a: plan.Active})
+	converge(t, n, "tcp", map[netip.AddrPort]plan.State{a: plan.Draining})
+	if s := e.Servers(true, "tcp"); len(s) != 1 || !s[0].Down {
+		t.Errorf("stream server %+v, want down (no drain in stream)", s)
+	}
+}
+
+func TestRestartIsDetectedAndRepaired(t *testing.T) {
+	e, url := emulator(t, nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop"}}}, nil)
+	n, _ := New(url, lb(nil))
+	want := map[netip.AddrPort]plan.State{a: plan.Draining, b: plan.Active}
+	converge(t, n, "shop", want)
+	e.Restart()
+	converge(t, n, "shop", want)
+	if n.Restarts() != 1 {
+		t.Errorf("restarts seen %d, want 1", n.Restarts())
+	}
+	if s := e.Servers(false, "shop"); len(s) != 2 {
+		t.Errorf("after repair: %+v", s)
+	}
+}
+
+func TestVersionNegotiation(t *testing.T) {
+	_, url := emulator(t, nginxplus.Options{MaxVersion: 6, Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop"}}}, nil)
+	n, _ := New(url, lb(nil))
+	if _, err := n.Servers(context.Background(), "shop"); err != nil {
+		t.Fatalf("negotiating against an API offering 1–6: %v", err)
+	}
+	if v := n.c.Version(); v != 6 {
+		t.Errorf("negotiated %d, want 6", v)
+	}
+	pinned, _ := New(url, lb(&config.NGINXPlusOptions{APIVersion: 9}))
+	if _, err := pinned.Servers(context.Background(), "shop"); err == nil || !strings.Contains(err.Error(), "no common API version") {
+		t.Errorf("pinned 9 against 1–6: %v", err)
+	}
+}
+
+func TestCredentialsFromFiles(t *testing.T) {
+	dir := t.TempDir()
+	auth := filepath.Join(dir, "auth")
+	hdrs := filepath.Join(dir, "headers")
+	os.WriteFile(auth, []byte("controller:s3cret\n"), 0o600)
+	os.WriteFile(hdrs, []byte("X-Api-Key: k1\n"), 0o600)
+	_, url := emulator(t, nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop"}}}, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			u, p, ok := r.BasicAuth()
+			if !ok || u != "controller" || p != "s3cret" || r.Header.Get("X-Api-Key") != "k1" {
+				http.Error(w, "unauthorized", http.StatusUnauthorized)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	n, err := New(url, lb(&config.NGINXPlusOptions{BasicAuthFile: auth, HeaderFile: hdrs}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	converge(t, n, "shop", map[netip.AddrPort]plan.State{a: plan.Active})
+	bare, _ := New(url, lb(nil))
+	if _, err := bare.Servers(context.Background(), "shop"); err == nil {
+		t.Error("an unauthenticated client got through")
+	}
+}
+
+func TestErrors(t *testing.T) {
+	e, url := emulator(t, nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop"}}}, nil)
+	n, _ := New(url, lb(nil))
+	ctx := context.Background()
+	if _, err := n.Servers(ctx, "nope"); err == nil || !strings.Contains(err.Error(), "neither an http nor a stream upstream") {
+		t.Errorf("unknown upstream: %v", err)
+	}
+	e.SetWritable(false)
+	errs := n.Apply(ctx, "shop", []plan.Change{{Op: plan.OpAdd, Addr: a, State: plan.Active}})
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "MethodDisabled") {
+		t.Errorf("write=off: %v", errs[0])
+	}
+	if _, err := New("http://x", lb(&config.NGINXPlusOptions{CAFile: "/nonexistent"})); err == nil || !strings.Contains(err.Error(), "nginxPlus.caFile") {
+		t.Errorf("missing CA file: %v", err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -34,6 +35,7 @@ import (
 	"github.com/stickydrain/stickydrain/controller/plan"
 	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
+	"github.com/stickydrain/stickydrain/test/nginxplus"
 	"github.com/stickydrain/stickydrain/test/podhost"
 	"github.com/stickydrain/stickydrain/test/sessionapp"
 	"github.com/stickydrain/stickydrain/test/testbin"
@@ -516,5 +518,118 @@ resync: 2s
 			}
 		}
 		return true
+	})
+}
+
+// TestControllerDrainsOnEveryNGINXPlusInstance is the HAProxy scenario
+// against two NGINX Plus API emulators (test/nginxplus; not NGINX Plus),
+// asserting the API state at each step.
+func TestControllerDrainsOnEveryNGINXPlusInstance(t *testing.T) {
+	c := cluster.StartT(t, cluster.Options{})
+	app, err := bins.Build("github.com/stickydrain/stickydrain/test/sessionapp/cmd/sessionapp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := podhost.Start(context.Background(), podhost.Options{Clientset: c.Clientset, Nodes: c.Nodes, Log: t.Logf,
+		Images: map[string]string{"sessionapp": app}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = host.Stop() })
+	var emus []*nginxplus.Emulator
+	var urls []string
+	for i := 0; i < 2; i++ {
+		e := nginxplus.New(nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop"}}})
+		srv := httptest.NewServer(e.Handler())
+		t.Cleanup(srv.Close)
+		emus = append(emus, e)
+		urls = append(urls, srv.URL+"/api")
+	}
+	// A third instance that is down (its listener closed).
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	startController(t, c, asControllerServiceAccount(t, c), fmt.Sprintf(`
+loadBalancers:
+  - name: plus
+    type: nginx-plus
+    timeout: 1s
+    instances:
+      static: [%q, %q, %q]
+resync: 2s
+`, urls[0], urls[1], gone.URL+"/api"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	k := c.Client
+	must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}))
+	must(t, k.Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", Annotations: map[string]string{"stickydrain.io/upstreams": "plus/shop"}},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
+	}))
+	must(t, k.Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+				Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](60), Containers: []corev1.Container{{
+					Name: "app", Image: "sessionapp", Args: []string{"--listen=:8080"},
+					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+					ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+						HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromString("http")}}},
+					Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/sh", "-c", "sleep 10"}}}},
+				}}}}},
+	}))
+	state := func(e *nginxplus.Emulator, addr string) string {
+		for _, s := range e.Servers(false, "shop") {
+			if s.Server == addr {
+				switch {
+				case s.Down:
+					return "down"
+				case s.Drain:
+					return "drain"
+				}
+				return "up"
+			}
+		}
+		return "absent"
+	}
+	var pods corev1.PodList
+	eventually(t, ctx, "both pods up on both emulators, despite the third instance being down", func() bool {
+		if k.List(ctx, &pods, client.InNamespace("shop")) != nil || len(pods.Items) != 2 {
+			return false
+		}
+		for _, e := range emus {
+			for _, p := range pods.Items {
+				if p.Status.PodIP == "" || state(e, p.Status.PodIP+":8080") != "up" {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	victim := pods.Items[0]
+	addr := victim.Status.PodIP + ":8080"
+	deleted := time.Now()
+	must(t, k.Delete(ctx, &victim))
+	drained := eventually(t, ctx, "drain: true on both emulators", func() bool {
+		return state(emus[0], addr) == "drain" && state(emus[1], addr) == "drain"
+	})
+	t.Logf("deletion → drain: true on both NGINX Plus API emulators: %v", drained.Sub(deleted))
+
+	// An emulator restart mid-drain loses the server; the controller sees
+	// the new generation and repairs it, drain included.
+	emus[1].Restart()
+	if state(emus[1], addr) != "absent" {
+		t.Fatal("the restart did not lose the runtime servers")
+	}
+	eventually(t, ctx, "the drain repaired after the emulator restart", func() bool {
+		return state(emus[1], addr) == "drain"
+	})
+	if _, err := host.WaitFor(ctx, "shop", victim.Name, "", podhost.StepDeleted); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, ctx, "the server deleted from both emulators after the pod is gone", func() bool {
+		return state(emus[0], addr) == "absent" && state(emus[1], addr) == "absent"
 	})
 }

@@ -319,7 +319,9 @@ resync: 2s
 	)
 
 	// HAProxy restarts mid-drain and forgets it; the controller repairs it.
-	h2.Restart()
+	if err := h2.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, ctx, "the drain repaired on the restarted instance", func() bool {
 		return servers(t, h2)[addr] == plan.Draining
 	})

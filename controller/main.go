@@ -42,9 +42,14 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("controller")
 
-	cfg, err := config.Load(configPath)
+	raw, err := os.ReadFile(configPath)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "controller:", err)
+		fmt.Fprintln(os.Stderr, "controller: reading configuration:", err)
+		os.Exit(2)
+	}
+	cfg, err := config.Parse(raw)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "controller: %s: %v\n", configPath, err)
 		os.Exit(2)
 	}
 	if err := supported(cfg); err != nil {
@@ -94,7 +99,7 @@ func main() {
 	// A changed configuration file is validated; a bad one is refused and
 	// the running configuration kept.
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		config.Watch(ctx, configPath, 5*time.Second, func(c *config.Config) {
+		config.Watch(ctx, configPath, raw, 5*time.Second, func(c *config.Config) {
 			if err := supported(c); err != nil {
 				log.Error(err, "refusing configuration change; keeping the running configuration", "config", configPath)
 				return

@@ -9,11 +9,12 @@ import (
 
 // Watch re-reads the file at path every interval (a ConfigMap volume is
 // updated by a symlink swap, which file events miss) and, when its content
-// changes, calls apply with the new configuration if it is valid, or
+// differs from loaded (what the running configuration was parsed from) and
+// from the last content seen, calls apply with the new configuration if it is valid, or
 // refused with the reason if it is not; a refused change leaves the
 // running configuration as it is. It returns when ctx ends.
-func Watch(ctx context.Context, path string, every time.Duration, apply func(*Config), refused func(error)) {
-	last, _ := os.ReadFile(path)
+func Watch(ctx context.Context, path string, loaded []byte, every time.Duration, apply func(*Config), refused func(error)) {
+	last := loaded
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

@@ -26,7 +26,8 @@ func TestWatchAppliesValidChangesAndRefusesInvalidOnes(t *testing.T) {
 	refused := make(chan error, 4)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go Watch(ctx, path, 10*time.Millisecond, func(c *Config) { applied <- c }, func(err error) { refused <- err })
+	loaded, _ := os.ReadFile(path)
+	go Watch(ctx, path, loaded, 10*time.Millisecond, func(c *Config) { applied <- c }, func(err error) { refused <- err })
 
 	write("loadBalancers: [{name: a, type: f5}]\n")
 	select {

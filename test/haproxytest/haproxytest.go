@@ -17,7 +17,6 @@ import (
 
 // HAProxy is one running process.
 type HAProxy struct {
-	t      testing.TB
 	dir    string
 	cfg    string
 	Socket string // the Runtime API's unix socket
@@ -37,12 +36,27 @@ type Backend struct {
 // by key. It stops when the test ends.
 func Start(t testing.TB, key string, backends ...Backend) *HAProxy {
 	t.Helper()
+	h, err := Run(t.TempDir(), 0, key, backends...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	return h
+}
+
+// Run is Start outside tests: the configuration, socket and log live in
+// dir; port 0 picks a free frontend port. Stop ends it.
+func Run(dir string, port int, key string, backends ...Backend) (*HAProxy, error) {
 	bin, err := exec.LookPath("haproxy")
 	if err != nil {
-		t.Fatalf("haproxy is not installed (test/deps.sh installs Debian's): %v", err)
+		return nil, fmt.Errorf("haproxy is not installed (test/deps.sh installs Debian's): %w", err)
 	}
-	dir := t.TempDir()
-	h := &HAProxy{t: t, dir: dir, Socket: filepath.Join(dir, "admin.sock"), Port: freePort(t)}
+	if port == 0 {
+		if port, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	h := &HAProxy{dir: dir, Socket: filepath.Join(dir, "admin.sock"), Port: port}
 	var b strings.Builder
 	fmt.Fprintf(&b, `global
     stats socket %s level admin
@@ -68,33 +82,35 @@ frontend www
 	}
 	h.cfg = filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(h.cfg, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if out, err := exec.Command(bin, "-c", "-f", h.cfg).CombinedOutput(); err != nil {
-		t.Fatalf("haproxy config check: %v\n%s", err, out)
+		return nil, fmt.Errorf("haproxy config check: %w\n%s", err, out)
 	}
-	h.start()
-	t.Cleanup(h.Stop)
-	return h
+	if err := h.start(); err != nil {
+		return nil, err
+	}
+	return h, nil
 }
 
-func (h *HAProxy) start() {
-	h.t.Helper()
+func (h *HAProxy) start() error {
 	_ = os.Remove(h.Socket)
+	h.log.Reset()
 	h.cmd = exec.Command("haproxy", "-db", "-f", h.cfg)
 	h.cmd.Stdout, h.cmd.Stderr = &h.log, &h.log
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := h.cmd.Start(); err != nil {
-		h.t.Fatal(err)
+		return fmt.Errorf("starting haproxy: %w", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if c, err := net.Dial("unix", h.Socket); err == nil {
 			c.Close()
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			h.t.Fatalf("haproxy did not open its socket:\n%s", h.log.String())
+			h.Stop()
+			return fmt.Errorf("haproxy did not open its socket:\n%s", h.log.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -102,10 +118,9 @@ func (h *HAProxy) start() {
 
 // Restart stops the process and starts a new one from the same
 // configuration: every runtime change is lost, as in a real restart.
-func (h *HAProxy) Restart() {
-	h.t.Helper()
+func (h *HAProxy) Restart() error {
 	h.Stop()
-	h.start()
+	return h.start()
 }
 
 // Stop ends the process.
@@ -122,11 +137,11 @@ func (h *HAProxy) URL() string { return fmt.Sprintf("http://127.0.0.1:%d", h.Por
 // Address is the Runtime API address for the controller's configuration.
 func (h *HAProxy) Address() string { return "unix://" + h.Socket }
 
-func freePort(t testing.TB) int {
+func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -153,7 +153,9 @@ func TestCookiesHoldAcrossRestartsAndReplicas(t *testing.T) {
 	// A restart forgets every runtime change; the plan puts them back,
 	// the drain included, and the cookie still leads to a.
 	apply(t, instance(t, h1), want)
-	h1.Restart()
+	if err := h1.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	got, err := instance(t, h1).Servers(context.Background(), "shop")
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package nginxplus
 
 import (
 	"context"
+	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -169,4 +170,27 @@ func TestErrors(t *testing.T) {
 	if _, err := New("http://x", lb(&config.NGINXPlusOptions{CAFile: "/nonexistent"})); err == nil || !strings.Contains(err.Error(), "nginxPlus.caFile") {
 		t.Errorf("missing CA file: %v", err)
 	}
+}
+
+func TestTLSWithCAFile(t *testing.T) {
+	e := nginxplus.New(nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop"}}})
+	srv := httptest.NewTLSServer(e.Handler())
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(ca, pemOf(srv.Certificate().Raw), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n, err := New(srv.URL+"/api", lb(&config.NGINXPlusOptions{CAFile: ca}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	converge(t, n, "shop", map[netip.AddrPort]plan.State{a: plan.Active})
+	untrusting, _ := New(srv.URL+"/api", lb(nil))
+	if _, err := untrusting.Servers(context.Background(), "shop"); err == nil {
+		t.Error("an unknown certificate was accepted without caFile")
+	}
+}
+
+func pemOf(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

@@ -53,6 +53,10 @@ type Options struct {
 	// ControllerManagerArgs are extra kube-controller-manager flags, e.g.
 	// --max-endpoints-per-slice=2 to make the EndpointSlice controller split.
 	ControllerManagerArgs []string
+	// OwnSignals leaves SIGINT and SIGTERM to the caller, who then must
+	// call Stop; by default the cluster stops itself on them and lets the
+	// signal end the process.
+	OwnSignals bool
 	// Log receives progress lines; nil discards them.
 	Log func(format string, args ...any)
 }
@@ -125,7 +129,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.startWatchdog(); err != nil {
 		return c, err
 	}
-	c.handleSignals()
+	if !opts.OwnSignals {
+		c.handleSignals()
+	}
 
 	for _, sub := range []string{"etcd", "apiserver", "logs"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {

@@ -1,0 +1,317 @@
+// Package e2e runs stickydrain whole on the local control plane: the real
+// webhook and controller binaries with their real flags, certificates
+// from certs/, two real HAProxy processes, test/podhost running the pods
+// and test/sessionapp as the application. The end-to-end test and the
+// demo (`make demo`) share it.
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/stickydrain/stickydrain/certs"
+	"github.com/stickydrain/stickydrain/test/cluster"
+	"github.com/stickydrain/stickydrain/test/haproxytest"
+	"github.com/stickydrain/stickydrain/test/podhost"
+	"github.com/stickydrain/stickydrain/test/testbin"
+)
+
+// DrainctlImage is the image name the webhook injects; podhost maps it to
+// the drainctl binary.
+const DrainctlImage = "ghcr.io/stickydrain/drainctl:e2e"
+
+// Env is everything running.
+type Env struct {
+	Cluster *cluster.Cluster
+	Host    *podhost.Host
+	HAProxy []*haproxytest.HAProxy
+	Dir     string
+
+	log     func(string, ...any)
+	bins    *testbin.Builder
+	procs   []*exec.Cmd
+	cleanup []func()
+}
+
+// Options configure Start.
+type Options struct {
+	Log        func(format string, args ...any)
+	OwnSignals bool
+}
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// Start builds what it needs and starts everything. Stop undoes it, also
+// after an error.
+func Start(ctx context.Context, opts Options) (env *Env, err error) {
+	logf := opts.Log
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	dir, err := os.MkdirTemp("", "stickydrain-e2e-")
+	if err != nil {
+		return nil, err
+	}
+	env = &Env{Dir: dir, log: logf, bins: testbin.New()}
+	defer func() {
+		if err != nil {
+			env.Stop()
+			env = nil
+		}
+	}()
+	env.cleanup = append(env.cleanup, func() { _ = env.bins.Close() })
+	built := map[string]string{}
+	for _, pkg := range []string{"drainctl", "webhook", "controller", "test/sessionapp/cmd/sessionapp"} {
+		logf("building %s …", pkg)
+		p, err := env.bins.Build("github.com/stickydrain/stickydrain/" + pkg)
+		if err != nil {
+			return env, err
+		}
+		built[pkg] = p
+	}
+	logf("starting the control plane (etcd, kube-apiserver, kube-controller-manager; the first run builds them, ~17 min) …")
+	env.Cluster, err = cluster.Start(ctx, cluster.Options{Log: logf, OwnSignals: opts.OwnSignals})
+	if err != nil {
+		return env, err
+	}
+	logf("starting the pod host (network namespaces on a bridge in 198.18.0.0/15) …")
+	env.Host, err = podhost.Start(ctx, podhost.Options{Clientset: env.Cluster.Clientset, Nodes: env.Cluster.Nodes,
+		Images: map[string]string{"sessionapp": built["test/sessionapp/cmd/sessionapp"], DrainctlImage: built["drainctl"]}})
+	if err != nil {
+		return env, err
+	}
+	logf("starting two HAProxy instances …")
+	for i := 0; i < 2; i++ {
+		d := filepath.Join(dir, fmt.Sprintf("haproxy-%d", i+1))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return env, err
+		}
+		h, err := haproxytest.Run(d, 0, "e2e-shared-key", haproxytest.Backend{Name: "shop", Slots: 16})
+		if err != nil {
+			return env, err
+		}
+		env.HAProxy = append(env.HAProxy, h)
+	}
+	logf("starting the webhook …")
+	if err := env.startWebhook(ctx, built["webhook"]); err != nil {
+		return env, err
+	}
+	logf("starting the controller …")
+	if err := env.startController(ctx, built["controller"]); err != nil {
+		return env, err
+	}
+	return env, nil
+}
+
+// Stop stops every process and removes what Start made.
+func (e *Env) Stop() {
+	for i := len(e.procs) - 1; i >= 0; i-- {
+		p := e.procs[i]
+		if p.Process != nil {
+			_ = p.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { _ = p.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				_ = p.Process.Kill()
+				<-done
+			}
+		}
+	}
+	for _, h := range e.HAProxy {
+		h.Stop()
+	}
+	if e.Host != nil {
+		_ = e.Host.Stop()
+	}
+	if e.Cluster != nil {
+		_ = e.Cluster.Stop()
+	}
+	for i := len(e.cleanup) - 1; i >= 0; i-- {
+		e.cleanup[i]()
+	}
+	_ = os.RemoveAll(e.Dir)
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func (e *Env) run(name, bin string, args ...string) error {
+	f, err := os.Create(filepath.Join(e.Dir, name+".log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("starting %s: %w", name, err)
+	}
+	e.procs = append(e.procs, cmd)
+	e.cleanup = append(e.cleanup, func() { f.Close() })
+	return nil
+}
+
+func waitHTTP(ctx context.Context, url string) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s not ready within 60s", url)
+}
+
+func (e *Env) startWebhook(ctx context.Context, bin string) error {
+	b, err := certs.Generate(certs.Options{DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	if err != nil {
+		return err
+	}
+	certDir := filepath.Join(e.Dir, "webhook-certs")
+	if err := b.WriteDir(certDir); err != nil {
+		return err
+	}
+	port, probe := freePort(), freePort()
+	if err := e.run("webhook", bin, "--kubeconfig", e.Cluster.KubeconfigPath, "--cert-dir", certDir,
+		"--port", fmt.Sprint(port), "--drainctl-image", DrainctlImage,
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort()),
+		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", probe)); err != nil {
+		return err
+	}
+	if err := waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", probe)); err != nil {
+		return fmt.Errorf("webhook: %w (log %s)", err, filepath.Join(e.Dir, "webhook.log"))
+	}
+	return InstallWebhookConfigurations(ctx, e.Cluster, fmt.Sprintf("https://127.0.0.1:%d", port), b.CACert)
+}
+
+// InstallWebhookConfigurations applies manifests/webhook as shipped, each
+// clientConfig pointed at base (https://host:port) with the CA bundle.
+func InstallWebhookConfigurations(ctx context.Context, c *cluster.Cluster, base string, ca []byte) error {
+	raw, err := os.ReadFile(filepath.Join(repoRoot(), "manifests", "webhook", "webhook-configurations.yaml"))
+	if err != nil {
+		return err
+	}
+	point := func(cc *admissionv1.WebhookClientConfig) {
+		url := base + ptr.Deref(cc.Service.Path, "/")
+		cc.Service, cc.URL, cc.CABundle = nil, &url, ca
+	}
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			return err
+		}
+		switch meta.Kind {
+		case "MutatingWebhookConfiguration":
+			var m admissionv1.MutatingWebhookConfiguration
+			if err := yaml.UnmarshalStrict([]byte(doc), &m); err != nil {
+				return err
+			}
+			for i := range m.Webhooks {
+				point(&m.Webhooks[i].ClientConfig)
+			}
+			if err := c.Client.Create(ctx, &m); err != nil {
+				return err
+			}
+		case "ValidatingWebhookConfiguration":
+			var v admissionv1.ValidatingWebhookConfiguration
+			if err := yaml.UnmarshalStrict([]byte(doc), &v); err != nil {
+				return err
+			}
+			for i := range v.Webhooks {
+				point(&v.Webhooks[i].ClientConfig)
+			}
+			if err := c.Client.Create(ctx, &v); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("unexpected kind %q in the webhook manifests", meta.Kind)
+		}
+	}
+	return nil
+}
+
+// ControllerServiceAccount applies manifests/controller/rbac.yaml and
+// returns a kubeconfig for its ServiceAccount.
+func ControllerServiceAccount(ctx context.Context, c *cluster.Cluster) (string, error) {
+	if err := c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "stickydrain-system"}}); err != nil {
+		return "", err
+	}
+	raw, err := os.ReadFile(filepath.Join(repoRoot(), "manifests", "controller", "rbac.yaml"))
+	if err != nil {
+		return "", err
+	}
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		var u unstructured.Unstructured
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			return "", err
+		}
+		if err := c.Client.Create(ctx, &u); err != nil {
+			return "", err
+		}
+	}
+	return c.AddUser("system:serviceaccount:stickydrain-system:stickydrain-controller",
+		"system:serviceaccounts", "system:serviceaccounts:stickydrain-system", "system:authenticated")
+}
+
+func (e *Env) startController(ctx context.Context, bin string) error {
+	kubeconfig, err := ControllerServiceAccount(ctx, e.Cluster)
+	if err != nil {
+		return err
+	}
+	var addrs []string
+	for _, h := range e.HAProxy {
+		addrs = append(addrs, fmt.Sprintf("%q", h.Address()))
+	}
+	cfg := filepath.Join(e.Dir, "controller.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("loadBalancers:\n  - name: edge\n    type: haproxy\n    instances:\n      static: [%s]\nresync: 5s\n", strings.Join(addrs, ", "))), 0o644); err != nil {
+		return err
+	}
+	probe := freePort()
+	if err := e.run("controller", bin, "--config", cfg, "--kubeconfig", kubeconfig, "--leader-elect", "--leader-election-namespace", "stickydrain-system",
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort()),
+		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", probe)); err != nil {
+		return err
+	}
+	if err := waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", probe)); err != nil {
+		return fmt.Errorf("controller: %w (log %s)", err, filepath.Join(e.Dir, "controller.log"))
+	}
+	return nil
+}
+
+var errStopped = errors.New("stopped")

@@ -1,0 +1,477 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/cookiejar"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
+	"github.com/stickydrain/stickydrain/controller/plan"
+	"github.com/stickydrain/stickydrain/test/sessionapp"
+)
+
+// Namespace is where the scenario's application runs, opted in.
+const Namespace = "shop"
+
+// Deploy creates the opted-in Namespace (drain parameters on it), the
+// Service mapped onto the HAProxy backend, and a Deployment of the
+// session app at version v1.
+func (e *Env) Deploy(ctx context.Context, replicas int32, idle time.Duration) error {
+	k := e.Cluster.Client
+	if err := k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name:   Namespace,
+		Labels: map[string]string{"stickydrain.io/drain": "enabled"},
+		Annotations: map[string]string{
+			"stickydrain.io/url": "http://localhost:8080/sessions", "stickydrain.io/format": "number",
+			"stickydrain.io/interval": "500ms", "stickydrain.io/min-wait": "3s", "stickydrain.io/max-wait": "5m",
+		},
+	}}); err != nil {
+		return err
+	}
+	if err := k.Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: Namespace, Annotations: map[string]string{"stickydrain.io/upstreams": "edge/shop"}},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
+	}); err != nil {
+		return err
+	}
+	return k.Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: Namespace},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
+				MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0))}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "app", Image: "sessionapp",
+					Args:  []string{"--listen=:8080", "--pod=$(POD_NAME)", "--version=v1", "--idle-timeout=" + idle.String()},
+					Env:   []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+					ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+						HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromString("http")}}},
+				}}},
+			},
+		},
+	})
+}
+
+// Rollout changes the Deployment's version, which rolls every pod.
+func (e *Env) Rollout(ctx context.Context, version string) error {
+	var d appsv1.Deployment
+	if err := e.Cluster.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: "web"}, &d); err != nil {
+		return err
+	}
+	args := d.Spec.Template.Spec.Containers[0].Args
+	for i, a := range args {
+		if strings.HasPrefix(a, "--version=") {
+			args[i] = "--version=" + version
+		}
+	}
+	return e.Cluster.Client.Update(ctx, &d)
+}
+
+// PodView is one pod as the demo shows it.
+type PodView struct {
+	Name, Version, IP string
+	Ready, Terminating bool
+	Sessions           int // -1 when it cannot be read
+	LB                 []string
+}
+
+// Pods reads every pod of the Deployment, its sessions and its server's
+// state on each HAProxy.
+func (e *Env) Pods(ctx context.Context) []PodView {
+	var pods corev1.PodList
+	if err := e.Cluster.Client.List(ctx, &pods, client.InNamespace(Namespace), client.MatchingLabels{"app": "web"}); err != nil {
+		return nil
+	}
+	states := make([]map[netip.AddrPort]plan.State, len(e.HAProxy))
+	for i, h := range e.HAProxy {
+		if inst, err := haproxy.New(h.Address(), time.Second); err == nil {
+			states[i], _ = inst.Servers(ctx, "shop")
+		}
+	}
+	var out []PodView
+	for _, p := range pods.Items {
+		v := PodView{Name: p.Name, IP: p.Status.PodIP, Terminating: p.DeletionTimestamp != nil, Sessions: -1}
+		for _, a := range p.Spec.Containers[0].Args {
+			if s, ok := strings.CutPrefix(a, "--version="); ok {
+				v.Version = s
+			}
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				v.Ready = c.Status == corev1.ConditionTrue
+			}
+		}
+		if v.IP != "" {
+			c := http.Client{Timeout: 300 * time.Millisecond}
+			if resp, err := c.Get("http://" + v.IP + ":8080/sessions"); err == nil {
+				_, _ = fmt.Fscan(resp.Body, &v.Sessions)
+				resp.Body.Close()
+			}
+			for _, s := range states {
+				st := "-"
+				if ap, err := netip.ParseAddrPort(v.IP + ":8080"); err == nil {
+					if x, ok := s[ap]; ok {
+						st = x.String()
+					}
+				}
+				v.LB = append(v.LB, st)
+			}
+		}
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Stats are what the clients saw.
+type Stats struct {
+	Requests, Errors, Misrouted int
+	Sessions, SessionsKept      int // sessions ended, and those ended with every request on their pod
+	StartedAfterRollout         int
+	OnNewVersion                int // of those, sessions on the new version
+	// NewOnDraining counts sessions that started on a pod already draining
+	// on every HAProxy instance: there must be none.
+	NewOnDraining int
+	// Relogins counts logouts on a draining pod followed by a login; each
+	// must land on another pod (RelginsOnDraining counts those that did not).
+	Relogins, ReloginsOnDraining int
+}
+
+// Clients are simulated users: each logs in through one of the HAProxy
+// instances, makes requests through either (the dynamic cookie is the same
+// on both), then logs out or lets the session idle out, and starts again.
+type Clients struct {
+	env      *Env
+	mu       sync.Mutex
+	stats    Stats
+	rollout  time.Time
+	obs      *Observer
+	stopNew  chan struct{}
+	wg       sync.WaitGroup
+	idle     time.Duration
+	problems []string
+}
+
+// StartClients runs n users until StopNewSessions and their last session
+// ends.
+func (e *Env) StartClients(ctx context.Context, n int, idle time.Duration, obs *Observer) *Clients {
+	c := &Clients{env: e, stopNew: make(chan struct{}), idle: idle, obs: obs}
+	for i := 0; i < n; i++ {
+		c.wg.Add(1)
+		go c.user(ctx, i)
+	}
+	return c
+}
+
+// RolloutStarted marks the moment after which new sessions must land on
+// the new version.
+func (c *Clients) RolloutStarted() {
+	c.mu.Lock()
+	c.rollout = time.Now()
+	c.mu.Unlock()
+}
+
+// StopNewSessions lets every user finish its session and stop; it waits.
+func (c *Clients) StopNewSessions() {
+	close(c.stopNew)
+	c.wg.Wait()
+}
+
+// Stats returns the counters so far.
+func (c *Clients) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// Problems lists the misroutes and errors seen, for the verdict.
+func (c *Clients) Problems() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.problems...)
+}
+
+func (c *Clients) note(f func(*Stats)) {
+	c.mu.Lock()
+	f(&c.stats)
+	c.mu.Unlock()
+}
+
+func (c *Clients) problem(format string, args ...any) {
+	c.mu.Lock()
+	if len(c.problems) < 50 {
+		c.problems = append(c.problems, fmt.Sprintf(format, args...))
+	}
+	c.mu.Unlock()
+}
+
+func (c *Clients) user(ctx context.Context, id int) {
+	defer c.wg.Done()
+	rng := rand.New(rand.NewPCG(uint64(id), 7))
+	lbs := c.env.HAProxy
+	lastLogoutDraining := false
+	for n := 0; ; n++ {
+		select {
+		case <-c.stopNew:
+			return
+		case <-ctx.Done():
+			return
+		default:
+		}
+		jar, _ := cookiejar.New(nil)
+		hc := &http.Client{Jar: jar, Timeout: 5 * time.Second}
+		base := lbs[(id+n)%len(lbs)].URL()
+		started := time.Now()
+		code, r, err := call(hc, "POST", base+fmt.Sprintf("/login?user=u%d-%d", id, n))
+		if err != nil || code != 200 {
+			c.note(func(s *Stats) { s.Requests++; s.Errors++ })
+			c.problem("user %d: login via %s: %v status %d", id, base, err, code)
+			time.Sleep(500 * time.Millisecond)
+			continue
+		}
+		owner, version := r.Pod, r.Version
+		onDraining := c.obs.DrainedBefore(owner, started)
+		c.mu.Lock()
+		c.stats.Requests++
+		if !c.rollout.IsZero() && started.After(c.rollout) {
+			c.stats.StartedAfterRollout++
+			if version != "v1" {
+				c.stats.OnNewVersion++
+			}
+		}
+		if onDraining {
+			c.stats.NewOnDraining++
+			c.problems = append(c.problems, fmt.Sprintf("user %d: a new session landed on %s, already draining", id, owner))
+		}
+		if lastLogoutDraining {
+			c.stats.Relogins++
+			if onDraining {
+				c.stats.ReloginsOnDraining++
+			}
+		}
+		c.mu.Unlock()
+		kept := true
+		length := time.Duration(4+rng.IntN(8)) * time.Second
+		for time.Since(started) < length {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Duration(200+rng.IntN(300)) * time.Millisecond):
+			}
+			base := lbs[rng.IntN(len(lbs))].URL()
+			code, r, err := call(hc, "GET", base+"/app/cart")
+			c.note(func(s *Stats) { s.Requests++ })
+			switch {
+			case err != nil || (code != 200 && code != 401):
+				kept = false
+				c.note(func(s *Stats) { s.Errors++ })
+				c.problem("user %d: request via %s: %v status %d", id, base, err, code)
+			case code == 401 || r.Pod != owner:
+				kept = false
+				c.note(func(s *Stats) { s.Misrouted++ })
+				c.problem("user %d: session of %s answered by %s (status %d)", id, owner, r.Pod, code)
+			}
+		}
+		// Two in three log out; the others walk away and let it idle out.
+		lastLogoutDraining = false
+		if rng.IntN(3) > 0 {
+			loggedOut := time.Now()
+			code, r, err := call(hc, "POST", base+"/logout")
+			c.note(func(s *Stats) { s.Requests++ })
+			if err != nil || code != 200 || r.Pod != owner {
+				kept = false
+				c.note(func(s *Stats) { s.Misrouted++ })
+				c.problem("user %d: logout of %s answered by %s (status %d, %v)", id, owner, r.Pod, code, err)
+			}
+			lastLogoutDraining = c.obs.DrainedBefore(owner, loggedOut)
+		}
+		c.note(func(s *Stats) {
+			s.Sessions++
+			if kept {
+				s.SessionsKept++
+			}
+		})
+	}
+}
+
+func call(hc *http.Client, method, url string) (int, sessionapp.Reply, error) {
+	req, _ := http.NewRequest(method, url, nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, sessionapp.Reply{}, err
+	}
+	defer resp.Body.Close()
+	var r sessionapp.Reply
+	_ = json.NewDecoder(resp.Body).Decode(&r)
+	return resp.StatusCode, r, nil
+}
+
+// DrainRecord is one old pod's drain, as observed.
+type DrainRecord struct {
+	Pod string
+	// Deleted is the delete request's time as the API server records it
+	// (deletionTimestamp less the grace period: whole seconds); Seen is
+	// when this observer, sampling every interval, first saw the pod
+	// terminating; Drained, when it first saw it draining on every
+	// HAProxy instance.
+	Deleted, Seen, Drained time.Time
+	Gone, RemovedFromLB time.Time
+	ServerDroppedEarly  bool // its server left an instance while the pod still existed
+}
+
+// Observer samples pods and HAProxy every interval and records each
+// terminating pod's drain.
+type Observer struct {
+	mu      sync.Mutex
+	records map[string]*DrainRecord
+	ips     map[string]string
+}
+
+// Observe samples until ctx ends.
+func (e *Env) Observe(ctx context.Context, every time.Duration) *Observer {
+	o := &Observer{records: map[string]*DrainRecord{}, ips: map[string]string{}}
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			o.sample(ctx, e)
+		}
+	}()
+	return o
+}
+
+func (o *Observer) sample(ctx context.Context, e *Env) {
+	var pods corev1.PodList
+	if err := e.Cluster.Client.List(ctx, &pods, client.InNamespace(Namespace), client.MatchingLabels{"app": "web"}); err != nil {
+		return
+	}
+	states := make([]map[netip.AddrPort]plan.State, len(e.HAProxy))
+	for i, h := range e.HAProxy {
+		inst, _ := haproxy.New(h.Address(), time.Second)
+		var err error
+		if states[i], err = inst.Servers(ctx, "shop"); err != nil {
+			return
+		}
+	}
+	now := time.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	present := map[string]bool{}
+	for _, p := range pods.Items {
+		present[p.Name] = true
+		if p.Status.PodIP != "" {
+			o.ips[p.Name] = p.Status.PodIP
+		}
+		if p.DeletionTimestamp == nil {
+			continue
+		}
+		r := o.records[p.Name]
+		if r == nil {
+			// deletionTimestamp is when the grace period ends; the delete
+			// request came a grace period before.
+			grace := time.Duration(ptr.Deref(p.DeletionGracePeriodSeconds, 0)) * time.Second
+			r = &DrainRecord{Pod: p.Name, Deleted: p.DeletionTimestamp.Add(-grace), Seen: now}
+			o.records[p.Name] = r
+		}
+		ap, err := netip.ParseAddrPort(o.ips[p.Name] + ":8080")
+		if err != nil {
+			continue
+		}
+		all := true
+		for _, s := range states {
+			st, ok := s[ap]
+			if !ok && !r.Drained.IsZero() {
+				r.ServerDroppedEarly = true
+			}
+			if st != plan.Draining {
+				all = false
+			}
+		}
+		if all && r.Drained.IsZero() {
+			r.Drained = now
+		}
+	}
+	for name, r := range o.records {
+		if present[name] {
+			continue
+		}
+		if r.Gone.IsZero() {
+			r.Gone = now
+		}
+		ap, err := netip.ParseAddrPort(o.ips[name] + ":8080")
+		if err != nil || !r.RemovedFromLB.IsZero() {
+			continue
+		}
+		in := false
+		for _, s := range states {
+			if _, ok := s[ap]; ok {
+				in = true
+			}
+		}
+		if !in {
+			r.RemovedFromLB = now
+		}
+	}
+}
+
+// DrainedBefore reports whether pod was draining on every HAProxy instance
+// before t.
+func (o *Observer) DrainedBefore(pod string, t time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r := o.records[pod]
+	return r != nil && !r.Drained.IsZero() && r.Drained.Before(t)
+}
+
+// Records returns the drains observed, by deletion time.
+func (o *Observer) Records() []DrainRecord {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []DrainRecord
+	for _, r := range o.records {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Deleted.Before(out[j].Deleted) })
+	return out
+}
+
+// RolloutDone reports whether every pod runs version and is ready, and
+// no old pod is left.
+func (e *Env) RolloutDone(ctx context.Context, version string, replicas int) bool {
+	pods := e.Pods(ctx)
+	if len(pods) != replicas {
+		return false
+	}
+	for _, p := range pods {
+		if p.Version != version || !p.Ready || p.Terminating {
+			return false
+		}
+	}
+	return true
+}

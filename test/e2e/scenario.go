@@ -90,7 +90,7 @@ func (e *Env) Rollout(ctx context.Context, version string) error {
 
 // PodView is one pod as the demo shows it.
 type PodView struct {
-	Name, Version, IP string
+	Name, Version, IP  string
 	Ready, Terminating bool
 	Sessions           int // -1 when it cannot be read
 	LB                 []string
@@ -336,8 +336,8 @@ type DrainRecord struct {
 	// terminating; Drained, when it first saw it draining on every
 	// HAProxy instance.
 	Deleted, Seen, Drained time.Time
-	Gone, RemovedFromLB time.Time
-	ServerDroppedEarly  bool // its server left an instance while the pod still existed
+	Gone, RemovedFromLB    time.Time
+	ServerDroppedEarly     bool // its server left an instance while the pod still existed
 }
 
 // Observer samples pods and HAProxy every interval and records each

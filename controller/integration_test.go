@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,16 +23,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/plan"
 	"github.com/stickydrain/stickydrain/test/cluster"
+	"github.com/stickydrain/stickydrain/test/e2e"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
 	"github.com/stickydrain/stickydrain/test/nginxplus"
 	"github.com/stickydrain/stickydrain/test/podhost"
@@ -74,25 +72,11 @@ type controllerProc struct {
 // exactly the permissions it ships with.
 func asControllerServiceAccount(t *testing.T, c *cluster.Cluster) string {
 	t.Helper()
-	ctx := context.Background()
-	must(t, c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "stickydrain-system"}}))
-	_, file, _, _ := runtime.Caller(0)
-	raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "manifests", "controller", "rbac.yaml"))
+	kubeconfig, err := e2e.ControllerServiceAccount(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, doc := range strings.Split(string(raw), "\n---\n") {
-		var u unstructured.Unstructured
-		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
-			t.Fatal(err)
-		}
-		must(t, c.Client.Create(ctx, &u))
-	}
-	sa, err := c.AddUser("system:serviceaccount:stickydrain-system:stickydrain-controller", "system:serviceaccounts", "system:serviceaccounts:stickydrain-system", "system:authenticated")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sa
+	return kubeconfig
 }
 
 func startController(t *testing.T, c *cluster.Cluster, kubeconfig, cfg string) *controllerProc {

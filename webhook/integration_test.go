@@ -14,14 +14,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,10 +27,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/stickydrain/stickydrain/certs"
 	"github.com/stickydrain/stickydrain/test/cluster"
+	"github.com/stickydrain/stickydrain/test/e2e"
 	"github.com/stickydrain/stickydrain/test/podhost"
 	"github.com/stickydrain/stickydrain/test/sessionapp"
 	"github.com/stickydrain/stickydrain/test/testbin"
@@ -115,39 +113,8 @@ func startWebhook(t *testing.T, c *cluster.Cluster) (port, metricsPort int, caPE
 // each clientConfig pointed at the webhook under test.
 func installWebhookConfigurations(t *testing.T, c *cluster.Cluster, port int, ca []byte) {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	raw, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "manifests", "webhook", "webhook-configurations.yaml"))
-	if err != nil {
+	if err := e2e.InstallWebhookConfigurations(context.Background(), c, fmt.Sprintf("https://127.0.0.1:%d", port), ca); err != nil {
 		t.Fatal(err)
-	}
-	point := func(cc *admissionv1.WebhookClientConfig) {
-		url := fmt.Sprintf("https://127.0.0.1:%d%s", port, ptr.Deref(cc.Service.Path, "/"))
-		cc.Service, cc.URL, cc.CABundle = nil, &url, ca
-	}
-	ctx := context.Background()
-	for _, doc := range strings.Split(string(raw), "\n---\n") {
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
-			t.Fatal(err)
-		}
-		switch meta.Kind {
-		case "MutatingWebhookConfiguration":
-			var m admissionv1.MutatingWebhookConfiguration
-			must(t, yaml.UnmarshalStrict([]byte(doc), &m))
-			for i := range m.Webhooks {
-				point(&m.Webhooks[i].ClientConfig)
-			}
-			must(t, c.Client.Create(ctx, &m))
-		case "ValidatingWebhookConfiguration":
-			var v admissionv1.ValidatingWebhookConfiguration
-			must(t, yaml.UnmarshalStrict([]byte(doc), &v))
-			for i := range v.Webhooks {
-				point(&v.Webhooks[i].ClientConfig)
-			}
-			must(t, c.Client.Create(ctx, &v))
-		default:
-			t.Fatalf("unexpected kind %q in the webhook manifests", meta.Kind)
-		}
 	}
 }
 

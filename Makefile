@@ -52,8 +52,10 @@ lint: ## gofmt check, go vet and staticcheck.
 ##@ Testing
 
 .PHONY: test
-test: deps k8s-bins ## Unit and integration tests (-race) on a real local control plane.
-	STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+test: deps k8s-bins ## Unit, integration and end-to-end tests (-race) on a real local control plane.
+	@# One package at a time: several control planes, pod hosts and
+	@# HAProxy pairs at once on 2 cores starve readiness probes.
+	STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" $(GO) test -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 .PHONY: test-unit
 test-unit: ## Only the tests that need no control plane (-short).

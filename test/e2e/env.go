@@ -7,7 +7,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -313,5 +312,3 @@ func (e *Env) startController(ctx context.Context, bin string) error {
 	}
 	return nil
 }
-
-var errStopped = errors.New("stopped")

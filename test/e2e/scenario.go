@@ -65,7 +65,10 @@ func (e *Env) Deploy(ctx context.Context, replicas int32, idle time.Duration) er
 					Args:  []string{"--listen=:8080", "--pod=$(POD_NAME)", "--version=v1", "--idle-timeout=" + idle.String()},
 					Env:   []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
 					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-					ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+					// A readiness blip takes a pod out of rotation (not ready, not
+					// terminating: not routed), which ends its sticky sessions; give
+					// the probe the slack a busy node needs.
+					ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, TimeoutSeconds: 5, FailureThreshold: 5, ProbeHandler: corev1.ProbeHandler{
 						HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromString("http")}}},
 				}}},
 			},

@@ -5,6 +5,12 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
 	"github.com/stickydrain/stickydrain/test/podhost"
 )
 
@@ -96,5 +102,86 @@ func waitUntil(t *testing.T, ctx context.Context, what string, cond func() bool)
 			t.Fatalf("waiting for %s: %v", what, ctx.Err())
 		case <-time.After(300 * time.Millisecond):
 		}
+	}
+}
+
+// TestEvictionAndScaleDownKeepEverySession: the same promises when a pod
+// goes through the Eviction API (as kubectl drain evicts) and when the
+// Deployment scales down.
+func TestEvictionAndScaleDownKeepEverySession(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		disrupt func(ctx context.Context, env *Env, victim string) error
+	}{
+		{"eviction", func(ctx context.Context, env *Env, victim string) error {
+			return env.Cluster.Clientset.PolicyV1().Evictions(Namespace).Evict(ctx, &policyv1.Eviction{
+				ObjectMeta: metav1.ObjectMeta{Name: victim, Namespace: Namespace}})
+		}},
+		{"scale-down", func(ctx context.Context, env *Env, _ string) error {
+			var d appsv1.Deployment
+			if err := env.Cluster.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: "web"}, &d); err != nil {
+				return err
+			}
+			d.Spec.Replicas = ptr.To[int32](2)
+			return env.Cluster.Client.Update(ctx, &d)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+			defer cancel()
+			env, err := Start(ctx, Options{Log: t.Logf})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer env.Stop()
+			const idle = 8 * time.Second
+			if err := env.Deploy(ctx, 3, idle); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, ctx, "3 ready pods", func() bool { return env.RolloutDone(ctx, "v1", 3) })
+			obs := env.Observe(ctx, 100*time.Millisecond)
+			clients := env.StartClients(ctx, 9, idle, obs)
+			var victim string
+			waitUntil(t, ctx, "a pod holding sessions", func() bool {
+				for _, p := range env.Pods(ctx) {
+					if p.Sessions > 0 {
+						victim = p.Name
+						return true
+					}
+				}
+				return false
+			})
+			if err := tc.disrupt(ctx, env, victim); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, ctx, "the disrupted pod gone", func() bool {
+				for _, r := range obs.Records() {
+					if !r.Gone.IsZero() && !r.RemovedFromLB.IsZero() {
+						return true
+					}
+				}
+				return false
+			})
+			clients.StopNewSessions()
+			s := clients.Stats()
+			t.Logf("clients: %+v", s)
+			for _, p := range clients.Problems() {
+				t.Errorf("problem: %s", p)
+			}
+			if s.Misrouted != 0 || s.Errors != 0 || s.SessionsKept != s.Sessions || s.NewOnDraining != 0 || s.ReloginsOnDraining != 0 {
+				t.Errorf("sessions not all kept: %+v", s)
+			}
+			recs := obs.Records()
+			if len(recs) != 1 {
+				t.Fatalf("%d pods terminated, want 1: %+v", len(recs), recs)
+			}
+			r := recs[0]
+			if r.Drained.IsZero() || r.ServerDroppedEarly || r.RemovedFromLB.Before(r.Gone) {
+				t.Errorf("drain of %s: %+v", r.Pod, r)
+			}
+			if ev, err := env.Host.WaitFor(ctx, Namespace, r.Pod, "app", podhost.StepPreStopFinished); err != nil || ev.ExitCode != 0 {
+				t.Errorf("preStop of %s: %v exit %d", r.Pod, err, ev.ExitCode)
+			}
+		})
 	}
 }

@@ -70,9 +70,9 @@ fuzz: ## Fuzz drainctl's parsers and the webhook's annotation parsing, FUZZTIME 
 	done
 
 .PHONY: bench
-bench: ## Go benchmarks that exist so far (drainctl footprint); the full suite is not built yet.
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./drainctl/...
-	@echo "make bench: admission, drain-propagation and scale benchmarks and bench/results.md do not exist yet (issue: benchmarks)." >&2
+bench: ## Benchmarks that exist so far; figures go to bench/results.md.
+	@bash bench/run.sh
+	@echo "make bench: the admission, drain-propagation and scale benchmarks do not exist yet (issue: benchmarks)." >&2
 
 .PHONY: deps
 deps: ## Install what the tests need on a fresh machine (Debian packages).

@@ -446,11 +446,15 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 		// Servers no longer desired are gone from every instance that answered.
 		r.mu.Lock()
 		var gone []string
-		for k := range r.pods {
-			if rest, ok := strings.CutPrefix(k, u.String()+"|"); ok {
-				if ap, err := netip.ParseAddrPort(rest); err == nil {
-					if _, still := desired[ap]; !still {
-						gone = append(gone, k)
+		seen := map[string]bool{}
+		for _, m := range []map[string]bool{keys(r.pods), keys(r.terminating)} {
+			for k := range m {
+				if rest, ok := strings.CutPrefix(k, u.String()+"|"); ok && !seen[k] {
+					seen[k] = true
+					if ap, err := netip.ParseAddrPort(rest); err == nil {
+						if _, still := desired[ap]; !still {
+							gone = append(gone, k)
+						}
 					}
 				}
 			}
@@ -467,6 +471,14 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 		}
 	}
 	return allOK
+}
+
+func keys[V any](m map[string]V) map[string]bool {
+	out := make(map[string]bool, len(m))
+	for k := range m {
+		out[k] = true
+	}
+	return out
 }
 
 func (r *Reconciler) announce(e source.Endpoint, u upstreamRef, a netip.AddrPort, reason, msg string) {

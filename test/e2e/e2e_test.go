@@ -185,3 +185,65 @@ func TestEvictionAndScaleDownKeepEverySession(t *testing.T) {
 		})
 	}
 }
+
+// TestRolloutAlsoDrainsOnNGINXPlus maps the Service onto HAProxy and onto
+// two NGINX Plus API emulators (not NGINX Plus) at once: users go through
+// HAProxy, and the emulators' API state is asserted at each step.
+func TestRolloutAlsoDrainsOnNGINXPlus(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	env, err := Start(ctx, Options{Log: t.Logf, NGINXPlus: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	const replicas, idle = 2, 6 * time.Second
+	if err := env.Deploy(ctx, replicas, idle); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "2 pods up on both emulators", func() bool {
+		if !env.RolloutDone(ctx, "v1", replicas) {
+			return false
+		}
+		for _, p := range env.Pods(ctx) {
+			for _, em := range env.NGINXPlus {
+				s, ok := plusServer(em, p.IP+":8080")
+				if !ok || s.Drain || s.Down {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	obs := env.Observe(ctx, 100*time.Millisecond)
+	clients := env.StartClients(ctx, 6, idle, obs)
+	time.Sleep(3 * time.Second)
+	clients.RolloutStarted()
+	if err := env.Rollout(ctx, "v2"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
+	clients.StopNewSessions()
+	time.Sleep(300 * time.Millisecond)
+	if s := clients.Stats(); s.Misrouted != 0 || s.Errors != 0 || s.SessionsKept != s.Sessions {
+		t.Errorf("sessions: %+v", s)
+	}
+	recs := obs.Records()
+	if len(recs) != replicas {
+		t.Fatalf("%d old pods observed, want %d", len(recs), replicas)
+	}
+	for _, r := range recs {
+		if r.PlusDrained.IsZero() || r.PlusDroppedEarly || r.PlusRemoved.IsZero() || r.PlusRemoved.Before(r.Gone) {
+			t.Errorf("%s on the NGINX Plus emulators: drained %v, dropped early %v, removed %v, pod gone %v", r.Pod, r.PlusDrained, r.PlusDroppedEarly, r.PlusRemoved, r.Gone)
+		}
+		t.Logf("%s: drain: true on both emulators %v after seen terminating", r.Pod, r.PlusDrained.Sub(r.Seen))
+	}
+	// Every new pod is up on both emulators.
+	for _, p := range env.Pods(ctx) {
+		for i, em := range env.NGINXPlus {
+			if s, ok := plusServer(em, p.IP+":8080"); !ok || s.Drain || s.Down {
+				t.Errorf("new pod %s on emulator %d: %+v (present %v)", p.Name, i, s, ok)
+			}
+		}
+	}
+}

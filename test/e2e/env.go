@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +29,7 @@ import (
 	"github.com/stickydrain/stickydrain/certs"
 	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
+	"github.com/stickydrain/stickydrain/test/nginxplus"
 	"github.com/stickydrain/stickydrain/test/podhost"
 	"github.com/stickydrain/stickydrain/test/testbin"
 )
@@ -41,10 +43,16 @@ type Env struct {
 	Cluster *cluster.Cluster
 	Host    *podhost.Host
 	HAProxy []*haproxytest.HAProxy
-	Dir     string
+	// NGINXPlus are NGINX Plus API emulators (not NGINX Plus), when
+	// Options.NGINXPlus asks for them: the Service is then mapped onto both
+	// load balancers, the users' traffic goes through HAProxy and the tests
+	// read the emulators' API state.
+	NGINXPlus []*nginxplus.Emulator
+	Dir       string
 
-	log     func(string, ...any)
-	bins    *testbin.Builder
+	log      func(string, ...any)
+	plusURLs []string
+	bins     *testbin.Builder
 	procs   []*exec.Cmd
 	cleanup []func()
 }
@@ -53,6 +61,8 @@ type Env struct {
 type Options struct {
 	Log        func(format string, args ...any)
 	OwnSignals bool
+	// NGINXPlus adds two NGINX Plus API emulators as a second load balancer.
+	NGINXPlus bool
 }
 
 func repoRoot() string {
@@ -110,6 +120,16 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 			return env, err
 		}
 		env.HAProxy = append(env.HAProxy, h)
+	}
+	if opts.NGINXPlus {
+		logf("starting two NGINX Plus API emulators (not NGINX Plus) …")
+		for i := 0; i < 2; i++ {
+			em := nginxplus.New(nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop"}}})
+			srv := httptest.NewServer(em.Handler())
+			env.cleanup = append(env.cleanup, srv.Close)
+			env.NGINXPlus = append(env.NGINXPlus, em)
+			env.plusURLs = append(env.plusURLs, srv.URL+"/api")
+		}
 	}
 	logf("starting the webhook …")
 	if err := env.startWebhook(ctx, built["webhook"]); err != nil {
@@ -297,8 +317,16 @@ func (e *Env) startController(ctx context.Context, bin string) error {
 	for _, h := range e.HAProxy {
 		addrs = append(addrs, fmt.Sprintf("%q", h.Address()))
 	}
+	yml := fmt.Sprintf("loadBalancers:\n  - name: edge\n    type: haproxy\n    instances:\n      static: [%s]\n", strings.Join(addrs, ", "))
+	if len(e.plusURLs) > 0 {
+		var q []string
+		for _, u := range e.plusURLs {
+			q = append(q, fmt.Sprintf("%q", u))
+		}
+		yml += fmt.Sprintf("  - name: plus\n    type: nginx-plus\n    instances:\n      static: [%s]\n", strings.Join(q, ", "))
+	}
 	cfg := filepath.Join(e.Dir, "controller.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("loadBalancers:\n  - name: edge\n    type: haproxy\n    instances:\n      static: [%s]\nresync: 5s\n", strings.Join(addrs, ", "))), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(yml+"resync: 5s\n"), 0o644); err != nil {
 		return err
 	}
 	probe := freePort()

@@ -23,6 +23,7 @@ import (
 
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/plan"
+	"github.com/stickydrain/stickydrain/test/nginxplus"
 	"github.com/stickydrain/stickydrain/test/sessionapp"
 )
 
@@ -44,8 +45,12 @@ func (e *Env) Deploy(ctx context.Context, replicas int32, idle time.Duration) er
 	}}); err != nil {
 		return err
 	}
+	upstreams := "edge/shop"
+	if len(e.NGINXPlus) > 0 {
+		upstreams += ",plus/shop"
+	}
 	if err := k.Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: Namespace, Annotations: map[string]string{"stickydrain.io/upstreams": "edge/shop"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: Namespace, Annotations: map[string]string{"stickydrain.io/upstreams": upstreams}},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
 	}); err != nil {
@@ -341,6 +346,12 @@ type DrainRecord struct {
 	Deleted, Seen, Drained time.Time
 	Gone, RemovedFromLB    time.Time
 	ServerDroppedEarly     bool // its server left an instance while the pod still existed
+	// With NGINX Plus emulators: when it was first seen with drain: true on
+	// every emulator, whether its server left one while the pod existed,
+	// and when it was gone from all.
+	PlusDrained      time.Time
+	PlusDroppedEarly bool
+	PlusRemoved      time.Time
 }
 
 // Observer samples pods and HAProxy every interval and records each
@@ -419,6 +430,21 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 		if all && r.Drained.IsZero() {
 			r.Drained = now
 		}
+		if len(e.NGINXPlus) > 0 {
+			allPlus := true
+			for _, em := range e.NGINXPlus {
+				srv, ok := plusServer(em, ap.String())
+				if !ok && !r.PlusDrained.IsZero() {
+					r.PlusDroppedEarly = true
+				}
+				if !ok || !srv.Drain {
+					allPlus = false
+				}
+			}
+			if allPlus && r.PlusDrained.IsZero() {
+				r.PlusDrained = now
+			}
+		}
 	}
 	for name, r := range o.records {
 		if present[name] {
@@ -440,7 +466,27 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 		if !in {
 			r.RemovedFromLB = now
 		}
+		if len(e.NGINXPlus) > 0 && r.PlusRemoved.IsZero() {
+			inPlus := false
+			for _, em := range e.NGINXPlus {
+				if _, ok := plusServer(em, ap.String()); ok {
+					inPlus = true
+				}
+			}
+			if !inPlus {
+				r.PlusRemoved = now
+			}
+		}
 	}
+}
+
+func plusServer(em *nginxplus.Emulator, addr string) (nginxplus.Server, bool) {
+	for _, s := range em.Servers(false, "shop") {
+		if s.Server == addr {
+			return s, true
+		}
+	}
+	return nginxplus.Server{}, false
 }
 
 // DrainedBefore reports whether pod was draining on every HAProxy instance

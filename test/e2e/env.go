@@ -53,8 +53,8 @@ type Env struct {
 	log      func(string, ...any)
 	plusURLs []string
 	bins     *testbin.Builder
-	procs   []*exec.Cmd
-	cleanup []func()
+	procs    []*exec.Cmd
+	cleanup  []func()
 }
 
 // Options configure Start.

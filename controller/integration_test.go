@@ -184,12 +184,8 @@ func TestControllerDrainsTerminatingPodsOnEveryHAProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, err := podhost.Start(context.Background(), podhost.Options{Clientset: c.Clientset, Nodes: c.Nodes, Log: t.Logf,
+	host := podhost.StartT(t, podhost.Options{Clientset: c.Clientset, Nodes: c.Nodes, Log: t.Logf,
 		Images: map[string]string{"sessionapp": app}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = host.Stop() })
 	h1 := haproxytest.Start(t, "shared-secret", haproxytest.Backend{Name: "shop", Slots: 8})
 	h2 := haproxytest.Start(t, "shared-secret", haproxytest.Backend{Name: "shop", Slots: 8})
 	ctrlProc := startController(t, c, asControllerServiceAccount(t, c), fmt.Sprintf(`
@@ -418,12 +414,8 @@ func TestControllerFindsHAProxyInstancesThroughAService(t *testing.T) {
 	if err != nil {
 		t.Fatalf("haproxy is not installed (test/deps.sh installs it): %v", err)
 	}
-	host, err := podhost.Start(context.Background(), podhost.Options{Clientset: c.Clientset, Nodes: c.Nodes, Log: t.Logf,
+	podhost.StartT(t, podhost.Options{Clientset: c.Clientset, Nodes: c.Nodes, Log: t.Logf,
 		Images: map[string]string{"sessionapp": app, "haproxy": haproxyBin}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = host.Stop() })
 	cfgFile := filepath.Join(t.TempDir(), "haproxy.cfg")
 	must(t, os.WriteFile(cfgFile, []byte(`global
     stats socket ipv4@0.0.0.0:9999 level admin
@@ -516,12 +508,8 @@ func TestControllerDrainsOnEveryNGINXPlusInstance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, err := podhost.Start(context.Background(), podhost.Options{Clientset: c.Clientset, Nodes: c.Nodes, Log: t.Logf,
+	host := podhost.StartT(t, podhost.Options{Clientset: c.Clientset, Nodes: c.Nodes, Log: t.Logf,
 		Images: map[string]string{"sessionapp": app}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = host.Stop() })
 	var emus []*nginxplus.Emulator
 	var urls []string
 	for i := 0; i < 2; i++ {

@@ -152,14 +152,10 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, err := podhost.Start(context.Background(), podhost.Options{
+	host := podhost.StartT(t, podhost.Options{
 		Clientset: c.Clientset, Nodes: c.Nodes, Log: t.Logf,
 		Images: map[string]string{"sessionapp": app, drainctlImage: drainctl},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = host.Stop() })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -381,10 +381,10 @@ func (e *Env) Observe(ctx context.Context, every time.Duration) *Observer {
 }
 
 func (o *Observer) sample(ctx context.Context, e *Env) {
-	var pods corev1.PodList
-	if err := e.Cluster.Client.List(ctx, &pods, client.InNamespace(Namespace), client.MatchingLabels{"app": "web"}); err != nil {
-		return
-	}
+	// The load balancers first, the pods second: a pod still listed after
+	// the read was there during it (pods do not come back), so a server
+	// missing from that read while its pod is listed was dropped early — not
+	// a pod deleted, and its server removed, between the two reads.
 	states := make([]map[netip.AddrPort]plan.State, len(e.HAProxy))
 	for i, h := range e.HAProxy {
 		inst, _ := haproxy.New(h.Address(), time.Second)
@@ -392,6 +392,14 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 		if states[i], err = inst.Servers(ctx, "shop"); err != nil {
 			return
 		}
+	}
+	plus := make([][]nginxplus.Server, len(e.NGINXPlus))
+	for i, em := range e.NGINXPlus {
+		plus[i] = em.Servers(false, "shop")
+	}
+	var pods corev1.PodList
+	if err := e.Cluster.Client.List(ctx, &pods, client.InNamespace(Namespace), client.MatchingLabels{"app": "web"}); err != nil {
+		return
 	}
 	now := time.Now()
 	o.mu.Lock()
@@ -432,8 +440,8 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 		}
 		if len(e.NGINXPlus) > 0 {
 			allPlus := true
-			for _, em := range e.NGINXPlus {
-				srv, ok := plusServer(em, ap.String())
+			for _, servers := range plus {
+				srv, ok := findServer(servers, ap.String())
 				if !ok && !r.PlusDrained.IsZero() {
 					r.PlusDroppedEarly = true
 				}
@@ -468,8 +476,8 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 		}
 		if len(e.NGINXPlus) > 0 && r.PlusRemoved.IsZero() {
 			inPlus := false
-			for _, em := range e.NGINXPlus {
-				if _, ok := plusServer(em, ap.String()); ok {
+			for _, servers := range plus {
+				if _, ok := findServer(servers, ap.String()); ok {
 					inPlus = true
 				}
 			}
@@ -481,7 +489,11 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 }
 
 func plusServer(em *nginxplus.Emulator, addr string) (nginxplus.Server, bool) {
-	for _, s := range em.Servers(false, "shop") {
+	return findServer(em.Servers(false, "shop"), addr)
+}
+
+func findServer(servers []nginxplus.Server, addr string) (nginxplus.Server, bool) {
+	for _, s := range servers {
 		if s.Server == addr {
 			return s, true
 		}

@@ -466,3 +466,30 @@ func exec(argv ...string) (string, error) {
 	err := cmd.Run()
 	return out.String(), err
 }
+
+func TestHTTPGetPreStop(t *testing.T) {
+	e := setup(t, "httpget")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: e.ns},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To[int64](10),
+			Containers: []corev1.Container{{
+				Name: "app", Image: "sessionapp", Args: []string{"--listen=:8080"},
+				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+				// The kubelet sends httpGet hooks from the node to the pod's IP.
+				Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
+					Path: "/drain", Port: intstr.FromString("http")}}},
+			}},
+		},
+	}
+	must(t, e.c.Client.Create(ctx, pod))
+	e.step(t, pod.Name, "app", podhost.StepReady)
+	must(t, e.c.Client.Delete(ctx, pod))
+	ev := e.step(t, pod.Name, "app", podhost.StepPreStopFinished)
+	if ev.ExitCode != 0 || !strings.Contains(ev.Detail, "200") {
+		t.Errorf("httpGet preStop: exit %d, %q; want 0 and the 200 status", ev.ExitCode, ev.Detail)
+	}
+	e.step(t, pod.Name, "", podhost.StepDeleted)
+}

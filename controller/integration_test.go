@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -15,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -35,6 +33,7 @@ import (
 	"github.com/stickydrain/stickydrain/test/haproxytest"
 	"github.com/stickydrain/stickydrain/test/nginxplus"
 	"github.com/stickydrain/stickydrain/test/podhost"
+	"github.com/stickydrain/stickydrain/test/proc"
 	"github.com/stickydrain/stickydrain/test/sessionapp"
 	"github.com/stickydrain/stickydrain/test/testbin"
 )
@@ -47,22 +46,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // controllerProc runs the real controller binary with its real flags.
 type controllerProc struct {
 	t           *testing.T
 	bin         string
 	args        []string
-	cmd         *exec.Cmd
-	done        chan struct{}
+	p           *proc.Proc
 	logPath     string
 	metricsPort int
 }
@@ -88,11 +77,15 @@ func startController(t *testing.T, c *cluster.Cluster, kubeconfig, cfg string) *
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := &controllerProc{t: t, bin: bin, logPath: filepath.Join(t.TempDir(), "controller.log"), metricsPort: freePort(t)}
+	ports, err := proc.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &controllerProc{t: t, bin: bin, logPath: filepath.Join(t.TempDir(), "controller.log"), metricsPort: ports[0]}
 	p.args = []string{
 		"--config", path, "--kubeconfig", kubeconfig, "--leader-elect", "--leader-election-namespace", "stickydrain-system",
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", p.metricsPort),
-		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[1]),
 	}
 	p.start()
 	t.Cleanup(func() {
@@ -106,30 +99,15 @@ func startController(t *testing.T, c *cluster.Cluster, kubeconfig, cfg string) *
 }
 
 func (p *controllerProc) start() {
-	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
+	var err error
+	if p.p, err = proc.Start(p.logPath, p.bin, p.args...); err != nil {
 		p.t.Fatal(err)
 	}
-	p.cmd = exec.Command(p.bin, p.args...)
-	p.cmd.Stdout, p.cmd.Stderr = f, f
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		p.t.Fatal(err)
-	}
-	p.done = make(chan struct{})
-	cmd, done := p.cmd, p.done
-	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
 }
 
 func (p *controllerProc) stop() {
-	if p.cmd != nil && p.cmd.Process != nil {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(5 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
+	if p.p != nil {
+		p.p.Stop()
 	}
 }
 

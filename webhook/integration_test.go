@@ -12,11 +12,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -47,15 +43,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // startWebhook runs the real webhook binary with its real flags and a
 // certificate from certs/, and waits until it is ready.
 func startWebhook(t *testing.T, c *cluster.Cluster) (port, metricsPort int, caPEM []byte, certDir string) {
@@ -64,49 +51,20 @@ func startWebhook(t *testing.T, c *cluster.Cluster) (port, metricsPort int, caPE
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := certs.Generate(certs.Options{DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := e2e.StartWebhook(ctx, bin, c.KubeconfigPath, t.TempDir(), drainctlImage)
 	if err != nil {
 		t.Fatal(err)
 	}
-	certDir = t.TempDir()
-	if err := b.WriteDir(certDir); err != nil {
-		t.Fatal(err)
-	}
-	port, metricsPort, probePort := freePort(t), freePort(t), freePort(t)
-	cmd := exec.Command(bin, "--kubeconfig", c.KubeconfigPath, "--cert-dir", certDir,
-		"--port", strconv.Itoa(port), "--drainctl-image", drainctlImage,
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", metricsPort),
-		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", probePort))
-	logPath := filepath.Join(t.TempDir(), "webhook.log")
-	logFile, _ := os.Create(logPath)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-		logFile.Close()
+		w.Stop()
 		if t.Failed() {
-			out, _ := os.ReadFile(logPath)
+			out, _ := os.ReadFile(w.Log)
 			t.Logf("webhook log:\n%s", out)
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort))
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200, nil
-	}); err != nil {
-		out, _ := os.ReadFile(logPath)
-		t.Fatalf("webhook not ready: %v\n%s", err, out)
-	}
-	return port, metricsPort, b.CACert, certDir
+	return w.Port, w.MetricsPort, w.CA, w.CertDir
 }
 
 // installWebhookConfigurations applies manifests/webhook as shipped, with

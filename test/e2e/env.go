@@ -9,14 +9,11 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -31,6 +28,7 @@ import (
 	"github.com/stickydrain/stickydrain/test/haproxytest"
 	"github.com/stickydrain/stickydrain/test/nginxplus"
 	"github.com/stickydrain/stickydrain/test/podhost"
+	"github.com/stickydrain/stickydrain/test/proc"
 	"github.com/stickydrain/stickydrain/test/testbin"
 )
 
@@ -53,7 +51,7 @@ type Env struct {
 	log      func(string, ...any)
 	plusURLs []string
 	bins     *testbin.Builder
-	procs    []*exec.Cmd
+	procs    []*proc.Proc
 	cleanup  []func()
 }
 
@@ -145,18 +143,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 // Stop stops every process and removes what Start made.
 func (e *Env) Stop() {
 	for i := len(e.procs) - 1; i >= 0; i-- {
-		p := e.procs[i]
-		if p.Process != nil {
-			_ = p.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { _ = p.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-				_ = p.Process.Kill()
-				<-done
-			}
-		}
+		e.procs[i].Stop()
 	}
 	for _, h := range e.HAProxy {
 		h.Stop()
@@ -173,70 +160,61 @@ func (e *Env) Stop() {
 	_ = os.RemoveAll(e.Dir)
 }
 
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func (e *Env) run(name, bin string, args ...string) error {
-	f, err := os.Create(filepath.Join(e.Dir, name+".log"))
+	p, err := proc.Start(filepath.Join(e.Dir, name+".log"), bin, args...)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return fmt.Errorf("starting %s: %w", name, err)
-	}
-	e.procs = append(e.procs, cmd)
-	e.cleanup = append(e.cleanup, func() { f.Close() })
+	e.procs = append(e.procs, p)
 	return nil
 }
 
-func waitHTTP(ctx context.Context, url string) error {
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+// Webhook is the webhook binary running with a certificate from certs/.
+type Webhook struct {
+	*proc.Proc
+	Port, MetricsPort int
+	CA                []byte
+	CertDir           string
+}
+
+// StartWebhook runs the webhook binary bin with its real flags against
+// kubeconfig, a fresh certificate for 127.0.0.1 in dir/webhook-certs and
+// its log at dir/webhook.log, and waits until it is ready.
+func StartWebhook(ctx context.Context, bin, kubeconfig, dir, drainctlImage string) (*Webhook, error) {
+	b, err := certs.Generate(certs.Options{DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	if err != nil {
+		return nil, err
 	}
-	return fmt.Errorf("%s not ready within 60s", url)
+	w := &Webhook{CA: b.CACert, CertDir: filepath.Join(dir, "webhook-certs")}
+	if err := b.WriteDir(w.CertDir); err != nil {
+		return nil, err
+	}
+	ports, err := proc.FreePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	w.Port, w.MetricsPort = ports[0], ports[1]
+	w.Proc, err = proc.Start(filepath.Join(dir, "webhook.log"), bin, "--kubeconfig", kubeconfig, "--cert-dir", w.CertDir,
+		"--port", fmt.Sprint(w.Port), "--drainctl-image", drainctlImage,
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", w.MetricsPort),
+		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[2]))
+	if err != nil {
+		return nil, err
+	}
+	if err := proc.WaitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[2]), 60*time.Second); err != nil {
+		w.Stop()
+		return nil, fmt.Errorf("webhook: %w (log %s)", err, w.Log)
+	}
+	return w, nil
 }
 
 func (e *Env) startWebhook(ctx context.Context, bin string) error {
-	b, err := certs.Generate(certs.Options{DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	w, err := StartWebhook(ctx, bin, e.Cluster.KubeconfigPath, e.Dir, DrainctlImage)
 	if err != nil {
 		return err
 	}
-	certDir := filepath.Join(e.Dir, "webhook-certs")
-	if err := b.WriteDir(certDir); err != nil {
-		return err
-	}
-	port, probe := freePort(), freePort()
-	if err := e.run("webhook", bin, "--kubeconfig", e.Cluster.KubeconfigPath, "--cert-dir", certDir,
-		"--port", fmt.Sprint(port), "--drainctl-image", DrainctlImage,
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort()),
-		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", probe)); err != nil {
-		return err
-	}
-	if err := waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", probe)); err != nil {
-		return fmt.Errorf("webhook: %w (log %s)", err, filepath.Join(e.Dir, "webhook.log"))
-	}
-	return InstallWebhookConfigurations(ctx, e.Cluster, fmt.Sprintf("https://127.0.0.1:%d", port), b.CACert)
+	e.procs = append(e.procs, w.Proc)
+	return InstallWebhookConfigurations(ctx, e.Cluster, fmt.Sprintf("https://127.0.0.1:%d", w.Port), w.CA)
 }
 
 // InstallWebhookConfigurations applies manifests/webhook as shipped, each
@@ -329,13 +307,16 @@ func (e *Env) startController(ctx context.Context, bin string) error {
 	if err := os.WriteFile(cfg, []byte(yml+"resync: 5s\n"), 0o644); err != nil {
 		return err
 	}
-	probe := freePort()
-	if err := e.run("controller", bin, "--config", cfg, "--kubeconfig", kubeconfig, "--leader-elect", "--leader-election-namespace", "stickydrain-system",
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", freePort()),
-		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", probe)); err != nil {
+	ports, err := proc.FreePorts(2)
+	if err != nil {
 		return err
 	}
-	if err := waitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", probe)); err != nil {
+	if err := e.run("controller", bin, "--config", cfg, "--kubeconfig", kubeconfig, "--leader-elect", "--leader-election-namespace", "stickydrain-system",
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[1])); err != nil {
+		return err
+	}
+	if err := proc.WaitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]), 60*time.Second); err != nil {
 		return fmt.Errorf("controller: %w (log %s)", err, filepath.Join(e.Dir, "controller.log"))
 	}
 	return nil

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stickydrain/stickydrain/test/proc"
 )
 
 // HAProxy is one running process.
@@ -52,7 +54,7 @@ func Run(dir string, port int, key string, backends ...Backend) (*HAProxy, error
 		return nil, fmt.Errorf("haproxy is not installed (test/deps.sh installs Debian's): %w", err)
 	}
 	if port == 0 {
-		if port, err = freePort(); err != nil {
+		if port, err = proc.FreePort(); err != nil {
 			return nil, err
 		}
 	}
@@ -136,12 +138,3 @@ func (h *HAProxy) URL() string { return fmt.Sprintf("http://127.0.0.1:%d", h.Por
 
 // Address is the Runtime API address for the controller's configuration.
 func (h *HAProxy) Address() string { return "unix://" + h.Socket }
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}

@@ -1,0 +1,111 @@
+// Package proc runs the project's binaries as real processes for tests and
+// the demo: started with their output in a log file, killed with the
+// process that started them, stopped with SIGTERM then SIGKILL.
+package proc
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// FreePort returns a TCP port free on 127.0.0.1 now.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Proc is one running process.
+type Proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	once sync.Once
+	// Log is the file its stdout and stderr are appended to.
+	Log string
+}
+
+// Start runs bin with args, appending its output to the file log. The
+// process gets its own process group and is killed if we die.
+func Start(log, bin string, args ...string) (*Proc, error) {
+	f, err := os.OpenFile(log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", log, err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	p := &Proc{cmd: cmd, done: make(chan struct{}), Log: log}
+	go func() {
+		_ = cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Stop sends SIGTERM, then SIGKILL after 5 s, and waits. It is safe to call
+// more than once.
+func (p *Proc) Stop() {
+	p.once.Do(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+}
+
+// WaitHTTP waits until url answers 200, for at most within.
+func WaitHTTP(ctx context.Context, url string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s not ready within %s", url, within)
+}
+
+// FreePorts returns n ports free on 127.0.0.1 now, all different.
+func FreePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var out []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	return out, nil
+}

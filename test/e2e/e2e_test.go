@@ -50,7 +50,7 @@ func TestRollingUpdateKeepsEverySession(t *testing.T) {
 	}
 	waitUntil(t, ctx, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
 	clients.StopNewSessions()
-	time.Sleep(300 * time.Millisecond) // a last sample of the observer
+	settle(ctx, obs, false)
 
 	s := clients.Stats()
 	t.Logf("clients: %+v", s)
@@ -92,6 +92,27 @@ func TestRollingUpdateKeepsEverySession(t *testing.T) {
 		start, _ := env.Host.WaitFor(ctx, Namespace, d.Pod, "app", podhost.StepPreStopStarted)
 		t.Logf("%s: drained on both HAProxy %v after seen terminating; preStop waited %v", d.Pod, d.Drained.Sub(d.Seen), ev.Time.Sub(start.Time))
 	}
+}
+
+// settle gives the observer up to 10 s to see the last old pod's server
+// leave the load balancers (the controller removes it milliseconds after
+// the pod goes, the observer samples every 100 ms); the assertions that
+// follow decide.
+func settle(ctx context.Context, obs *Observer, plus bool) {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		done := true
+		for _, r := range obs.Records() {
+			if r.Gone.IsZero() || r.RemovedFromLB.IsZero() || (plus && r.PlusRemoved.IsZero()) {
+				done = false
+			}
+		}
+		if done {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // a last sample
 }
 
 func waitUntil(t *testing.T, ctx context.Context, what string, cond func() bool) {
@@ -224,7 +245,7 @@ func TestRolloutAlsoDrainsOnNGINXPlus(t *testing.T) {
 	}
 	waitUntil(t, ctx, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
 	clients.StopNewSessions()
-	time.Sleep(300 * time.Millisecond)
+	settle(ctx, obs, true)
 	if s := clients.Stats(); s.Misrouted != 0 || s.Errors != 0 || s.SessionsKept != s.Sessions {
 		t.Errorf("sessions: %+v", s)
 	}

@@ -462,17 +462,19 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 			r.Gone = now
 		}
 		ap, err := netip.ParseAddrPort(o.ips[name] + ":8080")
-		if err != nil || !r.RemovedFromLB.IsZero() {
+		if err != nil {
 			continue
 		}
-		in := false
-		for _, s := range states {
-			if _, ok := s[ap]; ok {
-				in = true
+		if r.RemovedFromLB.IsZero() {
+			in := false
+			for _, s := range states {
+				if _, ok := s[ap]; ok {
+					in = true
+				}
 			}
-		}
-		if !in {
-			r.RemovedFromLB = now
+			if !in {
+				r.RemovedFromLB = now
+			}
 		}
 		if len(e.NGINXPlus) > 0 && r.PlusRemoved.IsZero() {
 			inPlus := false

@@ -43,8 +43,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// startWebhook runs the real webhook binary with its real flags and a
-// certificate from certs/, and waits until it is ready.
+// startWebhook runs the real webhook binary with its real flags, a
+// certificate from certs/ and the shipped RBAC (as its ServiceAccount), and
+// waits until it is ready.
 func startWebhook(t *testing.T, c *cluster.Cluster) (port, metricsPort int, caPEM []byte, certDir string) {
 	t.Helper()
 	bin, err := bins.Build("github.com/stickydrain/stickydrain/webhook")
@@ -53,7 +54,11 @@ func startWebhook(t *testing.T, c *cluster.Cluster) (port, metricsPort int, caPE
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	w, err := e2e.StartWebhook(ctx, bin, c.KubeconfigPath, t.TempDir(), drainctlImage)
+	kubeconfig, err := e2e.ServiceAccount(ctx, c, "webhook")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := e2e.StartWebhook(ctx, bin, kubeconfig, t.TempDir(), drainctlImage)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
@@ -209,7 +210,11 @@ func StartWebhook(ctx context.Context, bin, kubeconfig, dir, drainctlImage strin
 }
 
 func (e *Env) startWebhook(ctx context.Context, bin string) error {
-	w, err := StartWebhook(ctx, bin, e.Cluster.KubeconfigPath, e.Dir, DrainctlImage)
+	kubeconfig, err := ServiceAccount(ctx, e.Cluster, "webhook")
+	if err != nil {
+		return err
+	}
+	w, err := StartWebhook(ctx, bin, kubeconfig, e.Dir, DrainctlImage)
 	if err != nil {
 		return err
 	}
@@ -263,13 +268,16 @@ func InstallWebhookConfigurations(ctx context.Context, c *cluster.Cluster, base 
 	return nil
 }
 
-// ControllerServiceAccount applies manifests/controller/rbac.yaml and
-// returns a kubeconfig for its ServiceAccount.
-func ControllerServiceAccount(ctx context.Context, c *cluster.Cluster) (string, error) {
-	if err := c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "stickydrain-system"}}); err != nil {
+// ServiceAccount applies manifests/<component>/rbac.yaml as shipped (the
+// webhook's or the controller's) and returns a kubeconfig for its
+// ServiceAccount stickydrain-<component>, so the binary runs with exactly
+// the permissions it ships with.
+func ServiceAccount(ctx context.Context, c *cluster.Cluster, component string) (string, error) {
+	err := c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "stickydrain-system"}})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
 	}
-	raw, err := os.ReadFile(filepath.Join(repoRoot(), "manifests", "controller", "rbac.yaml"))
+	raw, err := os.ReadFile(filepath.Join(repoRoot(), "manifests", component, "rbac.yaml"))
 	if err != nil {
 		return "", err
 	}
@@ -279,11 +287,16 @@ func ControllerServiceAccount(ctx context.Context, c *cluster.Cluster) (string, 
 			return "", err
 		}
 		if err := c.Client.Create(ctx, &u); err != nil {
-			return "", err
+			return "", fmt.Errorf("manifests/%s/rbac.yaml: %s %s: %w", component, u.GetKind(), u.GetName(), err)
 		}
 	}
-	return c.AddUser("system:serviceaccount:stickydrain-system:stickydrain-controller",
+	return c.AddUser("system:serviceaccount:stickydrain-system:stickydrain-"+component,
 		"system:serviceaccounts", "system:serviceaccounts:stickydrain-system", "system:authenticated")
+}
+
+// ControllerServiceAccount is ServiceAccount for the controller.
+func ControllerServiceAccount(ctx context.Context, c *cluster.Cluster) (string, error) {
+	return ServiceAccount(ctx, c, "controller")
 }
 
 func (e *Env) startController(ctx context.Context, bin string) error {

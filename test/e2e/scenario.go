@@ -33,6 +33,12 @@ const Namespace = "shop"
 // Deploy creates the opted-in Namespace (drain parameters on it), the
 // Service mapped onto the HAProxy backend, and a Deployment of the
 // session app at version v1.
+// The drain parameters the scenario's Namespace carries.
+const (
+	PollInterval = 500 * time.Millisecond
+	MinWait      = 3 * time.Second
+)
+
 func (e *Env) Deploy(ctx context.Context, replicas int32, idle time.Duration) error {
 	k := e.Cluster.Client
 	if err := k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
@@ -40,7 +46,7 @@ func (e *Env) Deploy(ctx context.Context, replicas int32, idle time.Duration) er
 		Labels: map[string]string{"stickydrain.io/drain": "enabled"},
 		Annotations: map[string]string{
 			"stickydrain.io/url": "http://localhost:8080/sessions", "stickydrain.io/format": "number",
-			"stickydrain.io/interval": "500ms", "stickydrain.io/min-wait": "3s", "stickydrain.io/max-wait": "5m",
+			"stickydrain.io/interval": PollInterval.String(), "stickydrain.io/min-wait": MinWait.String(), "stickydrain.io/max-wait": "5m",
 		},
 	}}); err != nil {
 		return err
@@ -179,12 +185,13 @@ type Clients struct {
 	wg       sync.WaitGroup
 	idle     time.Duration
 	problems []string
+	lastEnd  map[string]time.Time // pod → when its latest session ended
 }
 
 // StartClients runs n users until StopNewSessions and their last session
 // ends.
 func (e *Env) StartClients(ctx context.Context, n int, idle time.Duration, obs *Observer) *Clients {
-	c := &Clients{env: e, stopNew: make(chan struct{}), idle: idle, obs: obs}
+	c := &Clients{env: e, stopNew: make(chan struct{}), idle: idle, obs: obs, lastEnd: map[string]time.Time{}}
 	for i := 0; i < n; i++ {
 		c.wg.Add(1)
 		go c.user(ctx, i)
@@ -211,6 +218,24 @@ func (c *Clients) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.stats
+}
+
+// LastSessionEnd is when the last session the clients held on pod ended:
+// its logout's reply, or its last request's reply plus the idle timeout
+// (the app expires a session idle timeout after the request it last saw,
+// so the true end is no later).
+func (c *Clients) LastSessionEnd(pod string) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastEnd[pod]
+}
+
+func (c *Clients) ended(pod string, at time.Time) {
+	c.mu.Lock()
+	if at.After(c.lastEnd[pod]) {
+		c.lastEnd[pod] = at
+	}
+	c.mu.Unlock()
 }
 
 // Problems lists the misroutes and errors seen, for the verdict.
@@ -280,6 +305,7 @@ func (c *Clients) user(ctx context.Context, id int) {
 		}
 		c.mu.Unlock()
 		kept := true
+		lastReply := time.Now()
 		length := time.Duration(4+rng.IntN(8)) * time.Second
 		for time.Since(started) < length {
 			select {
@@ -289,6 +315,9 @@ func (c *Clients) user(ctx context.Context, id int) {
 			}
 			base := lbs[rng.IntN(len(lbs))].URL()
 			code, r, err := call(hc, "GET", base+"/app/cart")
+			if err == nil && code == 200 && r.Pod == owner {
+				lastReply = time.Now()
+			}
 			c.note(func(s *Stats) { s.Requests++ })
 			switch {
 			case err != nil || (code != 200 && code != 401):
@@ -313,6 +342,13 @@ func (c *Clients) user(ctx context.Context, id int) {
 				c.problem("user %d: logout of %s answered by %s (status %d, %v)", id, owner, r.Pod, code, err)
 			}
 			lastLogoutDraining = c.obs.DrainedBefore(owner, loggedOut)
+			if err == nil && code == 200 && r.Pod == owner {
+				c.ended(owner, time.Now())
+			} else {
+				c.ended(owner, lastReply.Add(c.idle))
+			}
+		} else {
+			c.ended(owner, lastReply.Add(c.idle))
 		}
 		c.note(func(s *Stats) {
 			s.Sessions++

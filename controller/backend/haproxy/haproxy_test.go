@@ -196,8 +196,8 @@ func TestErrors(t *testing.T) {
 // TestExampleConfigurationIsValid keeps the shipped example loadable by
 // the HAProxy the tests use.
 func TestExampleConfigurationIsValid(t *testing.T) {
-	out, err := exec.Command("haproxy", "-c", "-f", "example/haproxy.cfg").CombinedOutput()
+	out, err := exec.Command("haproxy", "-c", "-f", "../../../manifests/samples/haproxy/haproxy.cfg").CombinedOutput()
 	if err != nil {
-		t.Fatalf("haproxy -c example/haproxy.cfg: %v\n%s", err, out)
+		t.Fatalf("haproxy -c manifests/samples/haproxy/haproxy.cfg: %v\n%s", err, out)
 	}
 }

@@ -1,0 +1,466 @@
+// The install as a user gets it: each kustomization rendered with
+// kustomize's Go API (as `kubectl apply -k` does), checked for what the
+// README promises, accepted by the real binaries' flag parsers and the
+// controller's configuration parser, and applied to a real API server
+// with the real cert-manager and Prometheus Operator CRDs.
+package manifests_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/test/cluster"
+	"github.com/stickydrain/stickydrain/test/manifests"
+	"github.com/stickydrain/stickydrain/test/testbin"
+	"github.com/stickydrain/stickydrain/webhook/inject"
+)
+
+const ns = "stickydrain-system"
+
+var samples = []string{"samples/tomcat", "samples/spring", "samples/haproxy", "samples/nginx-plus"}
+
+func render(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := manifests.Render(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string, into any) {
+	t.Helper()
+	o := manifests.Find(objs, kind, name)
+	if o == nil {
+		t.Fatalf("no %s %s in the install", kind, name)
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, into, true); err != nil {
+		t.Fatalf("%s %s: %v", kind, name, err)
+	}
+}
+
+func kinds(objs []*unstructured.Unstructured) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, o.GetKind()+"/"+o.GetName())
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestTheInstallHasEveryPart(t *testing.T) {
+	objs := render(t, manifests.Dir("default"))
+	want := []string{
+		"Certificate/stickydrain-webhook",
+		"ClusterRole/stickydrain-controller",
+		"ClusterRole/stickydrain-webhook",
+		"ClusterRoleBinding/stickydrain-controller",
+		"ClusterRoleBinding/stickydrain-webhook",
+		"ConfigMap/stickydrain-controller",
+		"Deployment/stickydrain-controller",
+		"Deployment/stickydrain-webhook",
+		"Issuer/stickydrain-selfsigned",
+		"MutatingWebhookConfiguration/stickydrain",
+		"Namespace/stickydrain-system",
+		"PodDisruptionBudget/stickydrain-controller",
+		"PodDisruptionBudget/stickydrain-webhook",
+		"Role/stickydrain-controller-leader-election",
+		"RoleBinding/stickydrain-controller-leader-election",
+		"Service/stickydrain-controller-metrics",
+		"Service/stickydrain-webhook",
+		"ServiceAccount/stickydrain-controller",
+		"ServiceAccount/stickydrain-webhook",
+		"ServiceMonitor/stickydrain-controller",
+		"ServiceMonitor/stickydrain-webhook",
+		"ValidatingWebhookConfiguration/stickydrain",
+	}
+	if got := kinds(objs); !slices.Equal(got, want) {
+		t.Errorf("manifests/default renders\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for _, o := range objs {
+		if o.GetKind() != "Namespace" && !strings.HasSuffix(o.GetKind(), "WebhookConfiguration") && !strings.HasPrefix(o.GetKind(), "ClusterRole") && o.GetNamespace() != ns {
+			t.Errorf("%s/%s is in namespace %q, want %s", o.GetKind(), o.GetName(), o.GetNamespace(), ns)
+		}
+		if o.GetLabels()["app.kubernetes.io/part-of"] != "stickydrain" {
+			t.Errorf("%s/%s lacks app.kubernetes.io/part-of=stickydrain", o.GetKind(), o.GetName())
+		}
+	}
+
+	without := kinds(render(t, manifests.Dir("without-monitoring")))
+	withoutMonitors := slices.DeleteFunc(slices.Clone(want), func(s string) bool { return strings.HasPrefix(s, "ServiceMonitor/") })
+	if !slices.Equal(without, withoutMonitors) {
+		t.Errorf("manifests/without-monitoring renders\n%s\nwant\n%s", strings.Join(without, "\n"), strings.Join(withoutMonitors, "\n"))
+	}
+}
+
+// wiring checks that the certificate, its DNS names, the CA injection, the
+// webhooks' service references and the mounted Secret agree, for an
+// install in namespace.
+func wiring(t *testing.T, objs []*unstructured.Unstructured, namespace string) {
+	t.Helper()
+	var svc corev1.Service
+	find(t, objs, "Service", "stickydrain-webhook", &svc)
+	cert := manifests.Find(objs, "Certificate", "stickydrain-webhook")
+	if cert == nil {
+		t.Fatal("no Certificate")
+	}
+	dns, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+	wantDNS := []string{"stickydrain-webhook." + namespace + ".svc", "stickydrain-webhook." + namespace + ".svc.cluster.local"}
+	if !slices.Equal(dns, wantDNS) {
+		t.Errorf("Certificate dnsNames = %q, want %q", dns, wantDNS)
+	}
+	secret, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+	var dep appsv1.Deployment
+	find(t, objs, "Deployment", "stickydrain-webhook", &dep)
+	var mounted string
+	for _, v := range dep.Spec.Template.Spec.Volumes {
+		if v.Name == "certs" && v.Secret != nil {
+			mounted = v.Secret.SecretName
+		}
+	}
+	if mounted == "" || mounted != secret {
+		t.Errorf("the webhook mounts Secret %q, the Certificate writes %q", mounted, secret)
+	}
+	wantInject := namespace + "/stickydrain-webhook"
+	check := func(kind string, ann map[string]string, cc []admissionv1.WebhookClientConfig, sels []*metav1.LabelSelector) {
+		if got := ann["cert-manager.io/inject-ca-from"]; got != wantInject {
+			t.Errorf("%s cert-manager.io/inject-ca-from = %q, want %q", kind, got, wantInject)
+		}
+		for i, c := range cc {
+			if c.Service == nil || c.Service.Name != svc.Name || c.Service.Namespace != namespace || c.URL != nil {
+				t.Errorf("%s webhook %d calls %+v, want Service %s/%s", kind, i, c.Service, namespace, svc.Name)
+			}
+			if c.Service != nil && (c.Service.Port == nil || *c.Service.Port != svc.Spec.Ports[0].Port) {
+				t.Errorf("%s webhook %d calls port %v, the Service serves the webhook on %d", kind, i, c.Service.Port, svc.Spec.Ports[0].Port)
+			}
+		}
+		for i, s := range sels {
+			sel, err := metav1.LabelSelectorAsSelector(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, never := range []string{namespace, "kube-system"} {
+				if sel.Matches(labels.Set{"kubernetes.io/metadata.name": never, "stickydrain.io/drain": "enabled"}) ||
+					sel.Matches(labels.Set{"kubernetes.io/metadata.name": never}) {
+					t.Errorf("%s webhook %d matches Namespace %s", kind, i, never)
+				}
+			}
+		}
+	}
+	var m admissionv1.MutatingWebhookConfiguration
+	find(t, objs, "MutatingWebhookConfiguration", "stickydrain", &m)
+	var cc []admissionv1.WebhookClientConfig
+	var sels []*metav1.LabelSelector
+	for _, w := range m.Webhooks {
+		cc, sels = append(cc, w.ClientConfig), append(sels, w.NamespaceSelector)
+	}
+	check("MutatingWebhookConfiguration", m.Annotations, cc, sels)
+	var v admissionv1.ValidatingWebhookConfiguration
+	find(t, objs, "ValidatingWebhookConfiguration", "stickydrain", &v)
+	cc, sels = nil, nil
+	for _, w := range v.Webhooks {
+		cc, sels = append(cc, w.ClientConfig), append(sels, w.NamespaceSelector)
+	}
+	check("ValidatingWebhookConfiguration", v.Annotations, cc, sels)
+}
+
+func TestTheCertificateAndTheWebhooksAreWiredTogether(t *testing.T) {
+	wiring(t, render(t, manifests.Dir("default")), ns)
+}
+
+// The README's recipe for another namespace: one layer sets it, the next
+// applies the wiring once every name is final.
+func TestAnOverlayMayMoveTheInstallToAnotherNamespace(t *testing.T) {
+	dir := t.TempDir()
+	rel := func(from, sub string) string {
+		r, err := filepath.Rel(from, manifests.Dir(sub))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	write := func(sub, body string) string {
+		d := filepath.Join(dir, sub)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "kustomization.yaml"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	write("moved", fmt.Sprintf("namespace: ops\nresources:\n  - %s\n  - %s\n", rel(filepath.Join(dir, "moved"), "base"), rel(filepath.Join(dir, "moved"), "monitoring")))
+	top := write("install", fmt.Sprintf("resources:\n  - ../moved\ncomponents:\n  - %s\n", rel(filepath.Join(dir, "install"), "wiring")))
+	objs := render(t, top)
+	wiring(t, objs, "ops")
+	if manifests.Find(objs, "Namespace", "ops") == nil {
+		t.Errorf("no Namespace ops in %v", kinds(objs))
+	}
+}
+
+func TestTheDeploymentsAreHardenedAndHighlyAvailable(t *testing.T) {
+	objs := render(t, manifests.Dir("default"))
+	for _, name := range []string{"stickydrain-webhook", "stickydrain-controller"} {
+		var d appsv1.Deployment
+		find(t, objs, "Deployment", name, &d)
+		spec := d.Spec.Template.Spec
+		if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+			t.Errorf("%s: replicas %v, want 2", name, d.Spec.Replicas)
+		}
+		if spec.ServiceAccountName != name {
+			t.Errorf("%s: service account %q, want its own", name, spec.ServiceAccountName)
+		}
+		psc := spec.SecurityContext
+		if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("%s: pod security context %+v, want runAsNonRoot and seccomp RuntimeDefault", name, psc)
+		}
+		for _, c := range spec.Containers {
+			sc := c.SecurityContext
+			if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+				sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+				sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+				t.Errorf("%s/%s: security context %+v, want no privilege escalation, read-only root, all capabilities dropped", name, c.Name, sc)
+			}
+			if c.ReadinessProbe == nil || c.LivenessProbe == nil {
+				t.Errorf("%s/%s: want readiness and liveness probes", name, c.Name)
+			}
+			if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+				t.Errorf("%s/%s: resources %+v, want cpu and memory requests and a memory limit", name, c.Name, c.Resources)
+			}
+			if i := strings.LastIndex(c.Image, ":"); i < 0 || strings.Contains(c.Image[i:], "/") || c.Image[i+1:] == "latest" {
+				t.Errorf("%s/%s: image %q, want a pinned tag", name, c.Name, c.Image)
+			}
+		}
+		var pdb policyv1.PodDisruptionBudget
+		find(t, objs, "PodDisruptionBudget", name, &pdb)
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sel.Matches(labels.Set(d.Spec.Template.Labels)) || pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 {
+			t.Errorf("%s: PodDisruptionBudget %+v does not keep one of its pods", name, pdb.Spec)
+		}
+	}
+	// Each Service selects its pods and targets ports they have.
+	for _, s := range []struct{ svc, dep string }{{"stickydrain-webhook", "stickydrain-webhook"}, {"stickydrain-controller-metrics", "stickydrain-controller"}} {
+		var svc corev1.Service
+		find(t, objs, "Service", s.svc, &svc)
+		var d appsv1.Deployment
+		find(t, objs, "Deployment", s.dep, &d)
+		if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
+			t.Errorf("Service %s does not select the pods of %s", s.svc, s.dep)
+		}
+		for _, p := range svc.Spec.Ports {
+			if !hasPort(d.Spec.Template.Spec.Containers, p.TargetPort) {
+				t.Errorf("Service %s port %s targets %s, which no container of %s has", s.svc, p.Name, p.TargetPort.String(), s.dep)
+			}
+		}
+	}
+}
+
+func hasPort(cs []corev1.Container, target intstr.IntOrString) bool {
+	for _, c := range cs {
+		for _, p := range c.Ports {
+			if (target.Type == intstr.String && p.Name == target.StrVal) || (target.Type == intstr.Int && p.ContainerPort == target.IntVal) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// The shipped Deployments' arguments, given to the real binaries: an
+// unknown or malformed flag fails here, not in a user's cluster. -h after
+// them makes each binary parse them all and exit 0.
+func TestTheBinariesAcceptTheShippedArguments(t *testing.T) {
+	objs := render(t, manifests.Dir("default"))
+	bins := testbin.New()
+	t.Cleanup(func() { _ = bins.Close() })
+	for _, name := range []string{"stickydrain-webhook", "stickydrain-controller"} {
+		var d appsv1.Deployment
+		find(t, objs, "Deployment", name, &d)
+		c := d.Spec.Template.Spec.Containers[0]
+		if len(c.Command) != 1 {
+			t.Fatalf("%s: command %q, want the binary", name, c.Command)
+		}
+		pkg := "github.com/stickydrain/stickydrain/" + strings.TrimPrefix(c.Command[0], "/")
+		bin, err := bins.Build(pkg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(bin, append(slices.Clone(c.Args), "-h")...).CombinedOutput()
+		if err != nil {
+			t.Errorf("%s %s: %v\n%s", c.Command[0], strings.Join(c.Args, " "), err, out)
+		}
+	}
+	var cm corev1.ConfigMap
+	find(t, objs, "ConfigMap", "stickydrain-controller", &cm)
+	var d appsv1.Deployment
+	find(t, objs, "Deployment", "stickydrain-controller", &d)
+	if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--config=/etc/stickydrain/controller.yaml") {
+		t.Errorf("the controller does not read /etc/stickydrain/controller.yaml: %q", d.Spec.Template.Spec.Containers[0].Args)
+	}
+	if _, err := config.Parse([]byte(cm.Data["controller.yaml"])); err != nil {
+		t.Errorf("the shipped controller configuration: %v", err)
+	}
+}
+
+// Every sample workload is one the webhook mutates, without an error, in
+// the Namespace the sample ships.
+func TestTheSamplesAreAcceptedByTheWebhook(t *testing.T) {
+	injected := 0
+	for _, dir := range samples {
+		objs := render(t, manifests.Dir(dir))
+		nsObj := inject.Namespace{}
+		for _, o := range objs {
+			if o.GetKind() == "Namespace" {
+				nsObj = inject.Namespace{Labels: o.GetLabels(), Annotations: o.GetAnnotations()}
+			}
+		}
+		for _, o := range objs {
+			if o.GetKind() != "Deployment" {
+				continue
+			}
+			var d appsv1.Deployment
+			find(t, objs, "Deployment", o.GetName(), &d)
+			pod := &corev1.Pod{ObjectMeta: d.Spec.Template.ObjectMeta, Spec: d.Spec.Template.Spec}
+			reason, err := inject.Inject(pod, nsObj, inject.Config{DrainctlImage: "ghcr.io/stickydrain/drainctl:v0.1.0"})
+			if err != nil {
+				t.Errorf("%s Deployment %s: %v", dir, d.Name, err)
+				continue
+			}
+			switch {
+			case strings.HasPrefix(dir, "samples/haproxy"), strings.HasPrefix(dir, "samples/nginx-plus"):
+				if reason != inject.ReasonNotOptedIn {
+					t.Errorf("%s Deployment %s: %s, want the load balancer left alone", dir, d.Name, reason)
+				}
+			default:
+				if reason != inject.ReasonInjected {
+					t.Errorf("%s Deployment %s: %s, want injected", dir, d.Name, reason)
+				}
+				injected++
+			}
+		}
+	}
+	if injected != 2 {
+		t.Errorf("%d sample workloads injected, want 2 (tomcat, spring)", injected)
+	}
+}
+
+// The install and the samples, applied to a real API server with the real
+// cert-manager and Prometheus Operator CRDs and strict field validation:
+// an unknown field, a bad value or a schema violation fails here. Then the
+// RBAC is asked what each service account may do.
+func TestTheInstallAppliesToARealAPIServer(t *testing.T) {
+	c := cluster.StartT(t, cluster.Options{Log: t.Logf})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	crds, err := manifests.CRDFiles(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := envtest.InstallCRDs(c.Config, envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true}); err != nil {
+		t.Fatal(err)
+	}
+	apply := func(dir string) {
+		objs := render(t, manifests.Dir(dir))
+		// Namespaces first, as kubectl apply orders them.
+		slices.SortStableFunc(objs, func(a, b *unstructured.Unstructured) int {
+			return boolInt(b.GetKind() == "Namespace") - boolInt(a.GetKind() == "Namespace")
+		})
+		for _, o := range objs {
+			if err := c.Client.Create(ctx, o, client.FieldValidation(metav1.FieldValidationStrict)); err != nil {
+				t.Errorf("%s: applying %s %s/%s: %v", dir, o.GetKind(), o.GetNamespace(), o.GetName(), err)
+			}
+		}
+	}
+	apply("default")
+	for _, s := range samples {
+		apply(s)
+	}
+
+	// The API server stored them: read back what a user would look at.
+	var m admissionv1.MutatingWebhookConfiguration
+	if err := c.Client.Get(ctx, client.ObjectKey{Name: "stickydrain"}, &m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Annotations["cert-manager.io/inject-ca-from"]; got != ns+"/stickydrain-webhook" {
+		t.Errorf("stored inject-ca-from = %q", got)
+	}
+
+	// A bad manifest would be refused: the check above can fail.
+	bad := manifests.Find(render(t, manifests.Dir("default")), "Certificate", "stickydrain-webhook").DeepCopy()
+	bad.SetName("typo")
+	if err := unstructured.SetNestedField(bad.Object, "1y", "spec", "renewBefor"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Client.Create(ctx, bad, client.FieldValidation(metav1.FieldValidationStrict)); err == nil || !apierrors.IsBadRequest(err) {
+		t.Errorf("a Certificate with an unknown field was not refused: %v", err)
+	}
+
+	can := func(sa, verb, group, resource, namespace string) bool {
+		t.Helper()
+		r := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   "system:serviceaccount:" + ns + ":" + sa,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: verb, Group: group, Resource: resource, Namespace: namespace,
+			},
+		}}
+		if err := c.Client.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		return r.Status.Allowed
+	}
+	for _, a := range []struct {
+		sa, verb, group, resource, namespace string
+		allowed                              bool
+	}{
+		{"stickydrain-webhook", "watch", "", "namespaces", "", true},
+		{"stickydrain-webhook", "list", "", "namespaces", "", true},
+		{"stickydrain-webhook", "update", "", "namespaces", "", false},
+		{"stickydrain-webhook", "get", "", "pods", "shop", false},
+		{"stickydrain-webhook", "get", "", "secrets", ns, false},
+		{"stickydrain-controller", "watch", "discovery.k8s.io", "endpointslices", "", true},
+		{"stickydrain-controller", "watch", "", "services", "", true},
+		{"stickydrain-controller", "create", "events.k8s.io", "events", "shop", true},
+		{"stickydrain-controller", "update", "coordination.k8s.io", "leases", ns, true},
+		{"stickydrain-controller", "update", "coordination.k8s.io", "leases", "kube-system", false},
+		{"stickydrain-controller", "get", "", "pods", "shop", false},
+		{"stickydrain-controller", "get", "", "secrets", "shop", false},
+		{"stickydrain-controller", "update", "", "services", "shop", false},
+	} {
+		if got := can(a.sa, a.verb, a.group, a.resource, a.namespace); got != a.allowed {
+			t.Errorf("%s may %s %s.%s in %q: %v, want %v", a.sa, a.verb, a.resource, a.group, a.namespace, got, a.allowed)
+		}
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

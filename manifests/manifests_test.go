@@ -464,3 +464,56 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
+
+// No container engine runs here, so the Dockerfile is not built by the
+// tests; this checks that it builds what the manifests and the webhook
+// run, from the Go the module needs.
+func TestTheDockerfileShipsWhatTheManifestsRun(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(manifests.Dir(""), "..", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(raw)
+	objs := render(t, manifests.Dir("default"))
+	for _, name := range []string{"stickydrain-webhook", "stickydrain-controller"} {
+		var d appsv1.Deployment
+		find(t, objs, "Deployment", name, &d)
+		c := d.Spec.Template.Spec.Containers[0]
+		bin := c.Command[0]
+		if !strings.Contains(df, "-o /out"+bin+" ./"+strings.TrimPrefix(bin, "/")) || !strings.Contains(df, "/out"+bin+" ") {
+			t.Errorf("the Dockerfile does not build and copy %s, which %s runs", bin, name)
+		}
+		if !strings.HasPrefix(c.Image, "ghcr.io/stickydrain/stickydrain:") {
+			t.Errorf("%s runs image %s, want the stickydrain target", name, c.Image)
+		}
+	}
+	if !strings.Contains(df, "COPY --from=build /out/drainctl "+inject.InstallerPath+"\n") {
+		t.Errorf("the drainctl target does not hold %s, which the webhook's init container runs", inject.InstallerPath)
+	}
+	if !strings.Contains(df, "go build -tags nethttpomithttp2") {
+		t.Error("drainctl is not built without HTTP/2, as make build does (the 8 MiB goal)")
+	}
+	mod, err := os.ReadFile(filepath.Join(manifests.Dir(""), "..", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var goLine string
+	for _, l := range strings.Split(string(mod), "\n") {
+		if v, ok := strings.CutPrefix(l, "go "); ok {
+			goLine = strings.Join(strings.Split(v, ".")[:2], ".")
+		}
+	}
+	if !strings.Contains(df, "ARG GO_IMAGE=golang:"+goLine+".") {
+		t.Errorf("the Dockerfile's Go image is not Go %s, which go.mod names", goLine)
+	}
+	for _, base := range []string{"ARG GO_IMAGE=", "ARG RUNTIME_IMAGE="} {
+		i := strings.Index(df, base)
+		if i < 0 {
+			t.Fatalf("no %s in the Dockerfile", base)
+		}
+		img := strings.SplitN(df[i+len(base):], "\n", 2)[0]
+		if !strings.Contains(img, ":") || strings.HasSuffix(img, ":latest") {
+			t.Errorf("base image %s is not pinned", img)
+		}
+	}
+}

@@ -28,17 +28,25 @@ func main() {
 		configPath  string
 		metricsAddr string
 		probeAddr   string
+		pprofAddr   string
+		concurrency int
 		leaderElect bool
 		leaderNS    string
 	)
 	flag.StringVar(&configPath, "config", "/etc/stickydrain/controller.yaml", "configuration `file`: the load balancers and their instances")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "`address` of the metrics endpoint; 0 disables it")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "`address` of /healthz and /readyz")
+	flag.IntVar(&concurrency, "concurrent-reconciles", 8, "how many Services are brought in step at once (a burst of drains across Services waits for no other)")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "`address` of Go's /debug/pprof profiles, for diagnosis; empty (the default) disables them")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader, so that of several replicas one acts at a time")
 	flag.StringVar(&leaderNS, "leader-election-namespace", "", "`namespace` of the leader-election Lease (default: the pod's own)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
+	if concurrency < 1 {
+		fmt.Fprintf(os.Stderr, "controller: --concurrent-reconciles=%d: want 1 or more\n", concurrency)
+		os.Exit(2)
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("controller")
 
@@ -70,6 +78,7 @@ func main() {
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:  probeAddr,
+		PprofBindAddress:        pprofAddr,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "stickydrain-controller",
 		LeaderElectionNamespace: leaderNS,
@@ -91,6 +100,8 @@ func main() {
 		Factory:  reconcile.DefaultFactory,
 		Recorder: mgr.GetEventRecorder("stickydrain-controller"),
 		Metrics:  m,
+
+		Concurrency: concurrency,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		log.Error(err, "setting up the controller")

@@ -27,12 +27,14 @@ func main() {
 		port        int
 		metricsAddr string
 		probeAddr   string
+		pprofAddr   string
 	)
 	cfg.BindFlags(flag.CommandLine)
 	flag.StringVar(&certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "`directory` holding tls.crt and tls.key; reloaded when they change (cert-manager rotation)")
 	flag.IntVar(&port, "port", 9443, "webhook HTTPS `port`")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "`address` of the metrics endpoint; 0 disables it")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "`address` of /healthz and /readyz")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "`address` of Go's /debug/pprof profiles, for diagnosis; empty (the default) disables them")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse() // --kubeconfig is registered by controller-runtime
@@ -57,6 +59,7 @@ func main() {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress: probeAddr,
+		PprofBindAddress:       pprofAddr,
 		WebhookServer:          webhook.NewServer(webhook.Options{Port: port, CertDir: certDir}),
 	})
 	if err != nil {

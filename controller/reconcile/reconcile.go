@@ -22,6 +22,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -76,14 +77,18 @@ type Reconciler struct {
 	Factory  InstanceFactory
 	Recorder recorder.EventRecorder
 	Metrics  *Metrics
+	// Concurrency is how many Services are reconciled at once (different
+	// Services only; one Service is never reconciled twice at once). 0
+	// means 1.
+	Concurrency int
 
 	mu          sync.Mutex
 	current     *config.Config
-	instances   map[string]backend.Instance            // by address
-	terminating map[string]time.Time                   // "upstream|addr" → first seen terminating
-	pods        map[string]source.Endpoint             // "upstream|addr" → its pod, while it is desired
-	announced   map[string]bool                        // "upstream|addr|reason" events sent
-	known       map[types.NamespacedName][]upstreamRef // upstreams a Service had, to empty them when it goes
+	instances   map[string]backend.Instance                        // by address
+	terminating map[upstreamRef]map[netip.AddrPort]time.Time       // first seen terminating
+	pods        map[upstreamRef]map[netip.AddrPort]source.Endpoint // its pod, while it is desired
+	announced   map[string]bool                                    // "upstream|addr|reason" events sent
+	known       map[types.NamespacedName][]upstreamRef             // upstreams a Service had, to empty them when it goes
 }
 
 type upstreamRef struct{ LB, Upstream string }
@@ -117,16 +122,38 @@ func ParseUpstreams(v string, cfg *config.Config) ([]upstreamRef, error) {
 	return out, nil
 }
 
+// indexUpstream indexes Services by each "<lb>/<upstream>" they map.
+const indexUpstream = "stickydrain.io/upstream"
+
+// upstreamKeys are the "<lb>/<upstream>" entries of an upstreams
+// annotation, unvalidated (ParseUpstreams validates).
+func upstreamKeys(v string) []string {
+	var out []string
+	for _, part := range strings.Split(v, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
 // SetupWithManager registers the controller: Services with the upstreams
 // annotation, and the EndpointSlices of those Services and of the
 // Services that list load-balancer instances.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.current = r.Config
 	r.instances = map[string]backend.Instance{}
-	r.terminating = map[string]time.Time{}
+	r.terminating = map[upstreamRef]map[netip.AddrPort]time.Time{}
 	r.announced = map[string]bool{}
-	r.pods = map[string]source.Endpoint{}
+	r.pods = map[upstreamRef]map[netip.AddrPort]source.Endpoint{}
 	r.known = map[types.NamespacedName][]upstreamRef{}
+	// Services by the upstreams they map, so that deciding who owns an
+	// upstream reads the few Services mapping it, not every Service.
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Service{}, indexUpstream, func(o client.Object) []string {
+		return upstreamKeys(o.GetAnnotations()[AnnotationUpstreams])
+	}); err != nil {
+		return fmt.Errorf("indexing Services by upstream: %w", err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("stickydrain").
 		For(&corev1.Service{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
@@ -137,6 +164,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return ok || had
 		}))).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.mapSlice)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Concurrency)}).
 		Complete(r)
 }
 
@@ -247,12 +275,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // owned keeps the upstreams this Service owns: for each upstream, the
 // oldest mapped Service (then by namespace/name). The others get a Warning.
 func (r *Reconciler) owned(ctx context.Context, svc *corev1.Service, ups []upstreamRef) ([]upstreamRef, error) {
-	var list corev1.ServiceList
-	if err := r.Client.List(ctx, &list); err != nil {
-		return nil, err
-	}
 	var out []upstreamRef
 	for _, u := range ups {
+		var list corev1.ServiceList
+		if err := r.Client.List(ctx, &list, client.MatchingFields{indexUpstream: u.String()}); err != nil {
+			return nil, fmt.Errorf("listing the Services mapped onto %s: %w", u, err)
+		}
 		owner := svc
 		for i := range list.Items {
 			o := &list.Items[i]
@@ -351,16 +379,20 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 	counts := map[plan.State]int{}
 	now := time.Now()
 	r.mu.Lock()
+	pods, terminating := r.pods[u], r.terminating[u]
+	if pods == nil {
+		pods, terminating = map[netip.AddrPort]source.Endpoint{}, map[netip.AddrPort]time.Time{}
+		r.pods[u], r.terminating[u] = pods, terminating
+	}
 	for a, e := range desired {
 		want[a] = e.State
 		counts[e.State]++
-		k := u.String() + "|" + a.String()
 		if e.PodName != "" {
-			r.pods[k] = e
+			pods[a] = e
 		}
 		if e.Terminating {
-			if _, ok := r.terminating[k]; !ok {
-				r.terminating[k] = now
+			if _, ok := terminating[a]; !ok {
+				terminating[a] = now
 			}
 		}
 	}
@@ -427,7 +459,7 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 		for a, ch := range res.applied {
 			if ch.State == plan.Draining && (ch.Op == plan.OpAdd || ch.Op == plan.OpSet) {
 				r.mu.Lock()
-				since, ok := r.terminating[u.String()+"|"+a.String()]
+				since, ok := terminating[a]
 				r.mu.Unlock()
 				if ok {
 					r.Metrics.drainDelay.WithLabelValues(u.LB).Observe(time.Since(since).Seconds())
@@ -444,30 +476,30 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 	}
 	if answered > 0 {
 		// Servers no longer desired are gone from every instance that answered.
+		type goneServer struct {
+			addr netip.AddrPort
+			pod  source.Endpoint
+		}
+		var gone []goneServer
 		r.mu.Lock()
-		var gone []string
-		seen := map[string]bool{}
-		for _, m := range []map[string]bool{keys(r.pods), keys(r.terminating)} {
-			for k := range m {
-				if rest, ok := strings.CutPrefix(k, u.String()+"|"); ok && !seen[k] {
-					seen[k] = true
-					if ap, err := netip.ParseAddrPort(rest); err == nil {
-						if _, still := desired[ap]; !still {
-							gone = append(gone, k)
-						}
-					}
-				}
+		for a := range terminating {
+			if _, still := desired[a]; !still {
+				delete(terminating, a)
 			}
 		}
+		for a, pod := range pods {
+			if _, still := desired[a]; !still {
+				gone = append(gone, goneServer{a, pod})
+				delete(pods, a)
+			}
+		}
+		if len(pods) == 0 && len(terminating) == 0 {
+			delete(r.pods, u)
+			delete(r.terminating, u)
+		}
 		r.mu.Unlock()
-		for _, k := range gone {
-			ap, _ := netip.ParseAddrPort(strings.TrimPrefix(k, u.String()+"|"))
-			r.mu.Lock()
-			pod := r.pods[k]
-			delete(r.pods, k)
-			delete(r.terminating, k)
-			r.mu.Unlock()
-			r.announce(pod, u, ap, ReasonRemoved, fmt.Sprintf("server %s removed from %s (%d of %d instances): the pod is gone", ap, u, answered, len(results)))
+		for _, g := range gone {
+			r.announce(g.pod, u, g.addr, ReasonRemoved, fmt.Sprintf("server %s removed from %s (%d of %d instances): the pod is gone", g.addr, u, answered, len(results)))
 		}
 	}
 	return allOK

@@ -180,8 +180,9 @@ type Webhook struct {
 
 // StartWebhook runs the webhook binary bin with its real flags against
 // kubeconfig, a fresh certificate for 127.0.0.1 in dir/webhook-certs and
-// its log at dir/webhook.log, and waits until it is ready.
-func StartWebhook(ctx context.Context, bin, kubeconfig, dir, drainctlImage string) (*Webhook, error) {
+// its log at dir/webhook.log, and waits until it is ready. extra flags
+// follow the others.
+func StartWebhook(ctx context.Context, bin, kubeconfig, dir, drainctlImage string, extra ...string) (*Webhook, error) {
 	b, err := certs.Generate(certs.Options{DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
 	if err != nil {
 		return nil, err
@@ -195,10 +196,11 @@ func StartWebhook(ctx context.Context, bin, kubeconfig, dir, drainctlImage strin
 		return nil, err
 	}
 	w.Port, w.MetricsPort = ports[0], ports[1]
-	w.Proc, err = proc.Start(filepath.Join(dir, "webhook.log"), bin, "--kubeconfig", kubeconfig, "--cert-dir", w.CertDir,
+	args := append([]string{"--kubeconfig", kubeconfig, "--cert-dir", w.CertDir,
 		"--port", fmt.Sprint(w.Port), "--drainctl-image", drainctlImage,
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", w.MetricsPort),
-		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[2]))
+		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[2])}, extra...)
+	w.Proc, err = proc.Start(filepath.Join(dir, "webhook.log"), bin, args...)
 	if err != nil {
 		return nil, err
 	}

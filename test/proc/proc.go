@@ -58,6 +58,9 @@ func Start(log, bin string, args ...string) (*Proc, error) {
 }
 
 // Stop sends SIGTERM, then SIGKILL after 5 s, and waits. It is safe to call
+// Pid is the process ID, for reading its /proc entries.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // more than once.
 func (p *Proc) Stop() {
 	p.once.Do(func() {

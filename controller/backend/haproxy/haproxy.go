@@ -29,6 +29,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stickydrain/stickydrain/controller/backend"
@@ -48,6 +49,12 @@ type Instance struct {
 	network, address string
 	timeout          time.Duration
 	id               string
+
+	mu sync.Mutex
+	// read holds the slots Servers last read of each backend, for the
+	// Apply of the same pass (which takes them): one Runtime API request
+	// fewer per pass. Apply without a fresh read reads them itself.
+	read map[string][]slot
 }
 
 var _ backend.Instance = (*Instance)(nil)
@@ -60,9 +67,9 @@ func New(addr string, timeout time.Duration) (*Instance, error) {
 	}
 	switch u.Scheme {
 	case "unix":
-		return &Instance{network: "unix", address: u.Path, timeout: timeout, id: addr}, nil
+		return &Instance{network: "unix", address: u.Path, timeout: timeout, id: addr, read: map[string][]slot{}}, nil
 	case "tcp":
-		return &Instance{network: "tcp", address: u.Host, timeout: timeout, id: addr}, nil
+		return &Instance{network: "tcp", address: u.Host, timeout: timeout, id: addr, read: map[string][]slot{}}, nil
 	}
 	return nil, fmt.Errorf("haproxy instance %q: want unix:///path or tcp://host:port", addr)
 }
@@ -169,6 +176,9 @@ func (h *Instance) Servers(ctx context.Context, upstream string) (map[netip.Addr
 	if err != nil {
 		return nil, err
 	}
+	h.mu.Lock()
+	h.read[upstream] = slots
+	h.mu.Unlock()
 	out := map[netip.AddrPort]plan.State{}
 	for _, s := range slots {
 		if !s.free {
@@ -200,9 +210,15 @@ func (h *Instance) Apply(ctx context.Context, upstream string, changes []plan.Ch
 		}
 		return errs
 	}
-	slots, err := h.slots(ctx, upstream)
-	if err != nil {
-		return fail(err)
+	h.mu.Lock()
+	slots, fresh := h.read[upstream]
+	delete(h.read, upstream)
+	h.mu.Unlock()
+	if !fresh {
+		var err error
+		if slots, err = h.slots(ctx, upstream); err != nil {
+			return fail(err)
+		}
 	}
 	byAddr := map[netip.AddrPort]*slot{}
 	var free []*slot

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -199,5 +200,58 @@ func TestExampleConfigurationIsValid(t *testing.T) {
 	out, err := exec.Command("haproxy", "-c", "-f", "../../../manifests/samples/haproxy/haproxy.cfg").CombinedOutput()
 	if err != nil {
 		t.Fatalf("haproxy -c manifests/samples/haproxy/haproxy.cfg: %v\n%s", err, out)
+	}
+}
+
+// A pass reads the backend once and sends its changes in one request: two
+// Runtime API connections (HAProxy counts them in CumConns). An Apply
+// without a read of its own pass reads the slots itself.
+func TestAPassIsTwoRuntimeAPIRequests(t *testing.T) {
+	h := haproxytest.Start(t, "k", haproxytest.Backend{Name: "shop", Slots: 4})
+	i := instance(t, h)
+	a, b := pod(t, "a"), pod(t, "b")
+	apply(t, i, map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active})
+	ctx := context.Background()
+	conns := func() int {
+		info, err := i.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := strconv.Atoi(info["CumConns"])
+		if err != nil {
+			t.Fatalf("CumConns %q: %v", info["CumConns"], err)
+		}
+		return n
+	}
+	pass := func(desired map[netip.AddrPort]plan.State, read bool) int {
+		before := conns()
+		cur := map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active}
+		if read {
+			var err error
+			if cur, err = i.Servers(ctx, "shop"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, err := range i.Apply(ctx, "shop", plan.Calculate(cur, desired)) {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return conns() - before - 1 // the second Info is counted too
+	}
+	if n := pass(map[netip.AddrPort]plan.State{a: plan.Draining, b: plan.Active}, true); n != 2 {
+		t.Errorf("a drain pass took %d Runtime API requests, want 2", n)
+	}
+	// Apply again without a read: it must not use the slots of the pass
+	// before (consumed), and reads them itself.
+	if n := pass(map[netip.AddrPort]plan.State{a: plan.Down, b: plan.Active}, false); n != 2 {
+		t.Errorf("an Apply without a read took %d Runtime API requests, want 2 (a read and the change)", n)
+	}
+	got, err := i.Servers(ctx, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[a] != plan.Down || got[b] != plan.Active {
+		t.Errorf("servers %v, want a down and b active", got)
 	}
 }

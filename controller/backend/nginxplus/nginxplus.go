@@ -40,12 +40,15 @@ var Versions = []int{4, 5, 6, 7, 8, 9}
 
 // Instance is one NGINX Plus API endpoint (http(s)://host:port/api).
 type Instance struct {
-	id      string
-	http    *http.Client
-	pinned  int
-	mu      sync.Mutex
-	c       *client.NginxClient
-	stream  map[string]bool // upstream → is a stream upstream
+	id     string
+	http   *http.Client
+	pinned int
+	mu     sync.Mutex
+	c      *client.NginxClient
+	stream map[string]bool // upstream → is a stream upstream
+	// ids are the server IDs the last Servers read, so that a drain in the
+	// same pass is one PATCH, not a list and a PATCH.
+	ids     map[string]map[string]int // upstream → server → ID
 	gen     uint64
 	loaded  string
 	restart int
@@ -116,6 +119,7 @@ func New(addr string, lb config.LoadBalancer) (*Instance, error) {
 		http:   &http.Client{Timeout: lb.Timeout.Duration, Transport: headerTransport{tr, hdr}},
 		pinned: o.APIVersion,
 		stream: map[string]bool{},
+		ids:    map[string]map[string]int{},
 	}, nil
 }
 
@@ -227,14 +231,17 @@ func (n *Instance) Servers(ctx context.Context, upstream string) (map[netip.Addr
 	if err != nil {
 		return nil, fmt.Errorf("nginx-plus %s: %w", n.id, err)
 	}
-	n.mu.Lock()
-	n.stream[upstream] = false
-	n.mu.Unlock()
+	ids := make(map[string]int, len(servers))
 	for _, s := range servers {
 		if a, ok := parse(s.Server); ok {
 			out[a] = state(s.Drain, ptr.Deref(s.Down, false))
 		}
+		ids[s.Server] = s.ID
 	}
+	n.mu.Lock()
+	n.stream[upstream] = false
+	n.ids[upstream] = ids
+	n.mu.Unlock()
 	return out, nil
 }
 
@@ -319,11 +326,22 @@ func (n *Instance) httpID(ctx context.Context, c *client.NginxClient, upstream, 
 func (n *Instance) applyHTTP(ctx context.Context, c *client.NginxClient, upstream string, ch plan.Change) error {
 	server := ch.Addr.String()
 	patch := func(s client.UpstreamServer) error {
+		n.mu.Lock()
+		id, cached := n.ids[upstream][server]
+		n.mu.Unlock()
+		s.Server = server
+		if cached {
+			s.ID = id
+			if err := c.UpdateHTTPServer(ctx, upstream, s); err == nil {
+				return nil
+			}
+			// The ID went stale (a reload, another writer): look it up.
+		}
 		id, err := n.httpID(ctx, c, upstream, server)
 		if err != nil {
 			return err
 		}
-		s.ID, s.Server = id, server
+		s.ID = id
 		return c.UpdateHTTPServer(ctx, upstream, s)
 	}
 	switch ch.Op {

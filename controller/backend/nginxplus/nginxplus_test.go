@@ -88,6 +88,56 @@ func TestHTTPUpstreamLifecycle(t *testing.T) {
 	}
 }
 
+// A pass reads /nginx and the servers; its drain is then one PATCH by the
+// ID that read returned: 3 API calls.
+func TestADrainIsOnePATCHAfterTheRead(t *testing.T) {
+	e, url := emulator(t, nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop"}}}, nil)
+	n, _ := New(url, lb(nil))
+	converge(t, n, "shop", map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active})
+	ctx := context.Background()
+	before := e.Requests()
+	cur, err := n.Servers(ctx, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range n.Apply(ctx, "shop", plan.Calculate(cur, map[netip.AddrPort]plan.State{a: plan.Draining, b: plan.Active})) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if calls := e.Requests() - before; calls != 3 {
+		t.Errorf("a drain took %d API calls, want 3 (GET /nginx, GET servers, PATCH)", calls)
+	}
+	if s := e.Servers(false, "shop"); !s[0].Drain {
+		t.Errorf("emulator holds %+v, want drain: true", s[0])
+	}
+}
+
+// When the ID read earlier went stale (the server was removed and added
+// again by someone else between the read and the write), the drain looks
+// the ID up again instead of failing.
+func TestADrainSurvivesAStaleID(t *testing.T) {
+	e, url := emulator(t, nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop"}}}, nil)
+	n, _ := New(url, lb(nil))
+	other, _ := New(url, lb(nil))
+	converge(t, n, "shop", map[netip.AddrPort]plan.State{a: plan.Active})
+	ctx := context.Background()
+	cur, err := n.Servers(ctx, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	converge(t, other, "shop", map[netip.AddrPort]plan.State{})
+	converge(t, other, "shop", map[netip.AddrPort]plan.State{a: plan.Active})
+	for _, err := range n.Apply(ctx, "shop", plan.Calculate(cur, map[netip.AddrPort]plan.State{a: plan.Draining})) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := e.Servers(false, "shop"); len(s) != 1 || !s[0].Drain {
+		t.Errorf("emulator holds %+v, want one server, drain: true", s)
+	}
+}
+
 func TestStreamUpstreamsMarkDrainsDown(t *testing.T) {
 	e, url := emulator(t, nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "tcp", Zone: "tcp", Stream: true}}}, nil)
 	n, _ := New(url, lb(nil))

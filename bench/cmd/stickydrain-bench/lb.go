@@ -1,0 +1,183 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stickydrain/stickydrain/test/nginxplus"
+)
+
+// change is one server change a load-balancer instance confirmed: the
+// time its answer left the instance.
+type change struct {
+	instance, upstream, op string
+	at                     time.Time
+}
+
+// journal records what the instances were asked and confirmed; it sits
+// between the controller and each instance, so its times are the
+// instances', not the controller's.
+type journal struct {
+	mu       sync.Mutex
+	changes  []change
+	requests map[string]int // instance → API requests (HAProxy: connections)
+	commands map[string]int // instance → HAProxy commands
+}
+
+func newJournal() *journal {
+	return &journal{requests: map[string]int{}, commands: map[string]int{}}
+}
+
+func (j *journal) record(instance string, cmds int, cs ...change) {
+	j.mu.Lock()
+	j.requests[instance]++
+	j.commands[instance] += cmds
+	j.changes = append(j.changes, cs...)
+	j.mu.Unlock()
+}
+
+// reset forgets everything recorded so far.
+func (j *journal) reset() {
+	j.mu.Lock()
+	j.changes = nil
+	j.requests, j.commands = map[string]int{}, map[string]int{}
+	j.mu.Unlock()
+}
+
+// firstDrain is when each instance first confirmed a drain on upstream.
+func (j *journal) firstDrain(upstream string) map[string]time.Time {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := map[string]time.Time{}
+	for _, c := range j.changes {
+		if c.upstream == upstream && c.op == "drain" {
+			if t, ok := out[c.instance]; !ok || c.at.Before(t) {
+				out[c.instance] = c.at
+			}
+		}
+	}
+	return out
+}
+
+func (j *journal) counts(prefix string) (requests, commands int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for k, v := range j.requests {
+		if strings.HasPrefix(k, prefix) {
+			requests += v
+			commands += j.commands[k]
+		}
+	}
+	return
+}
+
+// runtimeProxy forwards the HAProxy Runtime API from a socket of its own
+// to the instance's, recording each connection (one request, several
+// commands) and each `set server B/S state drain` it carried.
+func runtimeProxy(ctx context.Context, j *journal, name, listen, target string) error {
+	_ = os.Remove(listen)
+	ln, err := net.Listen("unix", listen)
+	if err != nil {
+		return err
+	}
+	go func() { <-ctx.Done(); ln.Close() }()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("unix", target)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				line, err := bufio.NewReader(c).ReadString('\n')
+				if err != nil && !errors.Is(err, io.EOF) {
+					return
+				}
+				if _, err := up.Write([]byte(line)); err != nil {
+					return
+				}
+				_, _ = io.Copy(c, up) // HAProxy closes after answering a non-interactive request
+				at := time.Now()
+				cmds := strings.Split(strings.TrimSpace(line), ";")
+				var cs []change
+				for _, cmd := range cmds {
+					f := strings.Fields(cmd)
+					if len(f) == 5 && f[0] == "set" && f[1] == "server" && f[3] == "state" {
+						be, _, _ := strings.Cut(f[2], "/")
+						cs = append(cs, change{instance: name, upstream: be, op: f[4], at: at})
+					}
+				}
+				j.record(name, len(cmds), cs...)
+			}()
+		}
+	}()
+	return nil
+}
+
+// emulatorServer serves an NGINX Plus API emulator (not NGINX Plus) on a
+// free port, recording each request and each server it set to drain.
+func emulatorServer(ctx context.Context, j *journal, name string, em *nginxplus.Emulator) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	h := em.Handler()
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body []byte
+		if r.Body != nil {
+			body, _ = io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		h.ServeHTTP(w, r)
+		at := time.Now()
+		var cs []change
+		// /api/9/http/upstreams/NAME/servers/ID
+		parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+		if r.Method == http.MethodPatch && len(parts) == 7 && bytes.Contains(body, []byte(`"drain":true`)) {
+			cs = append(cs, change{instance: name, upstream: parts[4], op: "drain", at: at})
+		}
+		j.record(name, 1, cs...)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	go func() { <-ctx.Done(); srv.Close() }()
+	return fmt.Sprintf("http://%s/api", ln.Addr()), nil
+}
+
+// activeHAProxyServers counts the servers of an instance that have an
+// address (the slots the controller filled).
+func activeHAProxyServers(sock string) (int, error) {
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("show servers state\n")); err != nil {
+		return 0, err
+	}
+	sc := bufio.NewScanner(c)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	n := 0
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		// be_id be_name srv_id srv_name srv_addr …
+		if len(f) > 5 && !strings.HasPrefix(f[0], "#") && f[4] != "0.0.0.0" {
+			n++
+		}
+	}
+	return n, sc.Err()
+}

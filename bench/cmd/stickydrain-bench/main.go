@@ -1,0 +1,69 @@
+// Command stickydrain-bench runs stickydrain's system benchmarks on the
+// real local control plane (test/cluster) and writes each result as a
+// markdown section (bench/run.sh assembles bench/results.md):
+//
+//	stickydrain-bench admission    # the webhook over TLS at fixed rates and at saturation; pod create latency
+//	stickydrain-bench propagation  # deletion → drain on every instance, 1,000 Services × 10 endpoints
+//	stickydrain-bench scale        # controller RSS and CPU at 10k and 100k endpoints
+//
+// Benchmarks, not tests: they report what they measure and fail only when
+// something does not work (a refused admission, a drain never applied).
+// They need root (as the tests do) and the control-plane binaries
+// (test/tools/build.sh).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func main() {
+	out := flag.String("out", "", "`file` to write the markdown section to (default stdout)")
+	pprofAddr := flag.String("pprof", "", "`address` for the webhook's pprof endpoint; the 1000/s run's CPU profile goes to bench/webhook-cpu-1000.prof")
+	dur := flag.Duration("duration", 10*time.Second, "how long each fixed-rate admission run lasts")
+	flag.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: stickydrain-bench [-out FILE] admission|propagation|scale")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() != 1 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logf := log.New(os.Stderr, "bench: ", log.Ltime).Printf
+	var (
+		section string
+		err     error
+	)
+	switch flag.Arg(0) {
+	case "admission":
+		section, err = admission(ctx, logf, *dur, *pprofAddr)
+	case "propagation":
+		section, err = propagation(ctx, logf)
+	case "scale":
+		section, err = scale(ctx, logf)
+	default:
+		flag.Usage()
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stickydrain-bench:", err)
+		os.Exit(1)
+	}
+	if *out == "" {
+		fmt.Print(section)
+		return
+	}
+	if err := os.WriteFile(*out, []byte(section), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "stickydrain-bench:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// dist summarises latencies.
+type dist struct {
+	N                   int
+	P50, P99, P999, Max time.Duration
+}
+
+func summarise(d []time.Duration) dist {
+	if len(d) == 0 {
+		return dist{}
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	q := func(p float64) time.Duration {
+		i := int(float64(len(s))*p+0.5) - 1
+		return s[max(0, min(i, len(s)-1))]
+	}
+	return dist{N: len(s), P50: q(0.50), P99: q(0.99), P999: q(0.999), Max: s[len(s)-1]}
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
+// usage is a process's CPU time and memory, from /proc.
+type usage struct {
+	CPU      time.Duration // user + system
+	RSS, HWM int64         // bytes: resident now, peak resident
+}
+
+func procUsage(pid int) (usage, error) {
+	var u usage
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return u, fmt.Errorf("reading /proc/%d/stat: %w", pid, err)
+	}
+	// Fields after the command (which may hold spaces) in parentheses.
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	u.CPU = time.Duration(utime+stime) * time.Second / 100 // USER_HZ is 100 on Linux
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return u, fmt.Errorf("reading /proc/%d/status: %w", pid, err)
+	}
+	for _, l := range strings.Split(string(status), "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		switch k {
+		case "VmRSS":
+			u.RSS = kb << 10
+		case "VmHWM":
+			u.HWM = kb << 10
+		}
+	}
+	return u, nil
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// table is a markdown table.
+type table struct {
+	head []string
+	rows [][]string
+}
+
+func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
+
+func (t *table) String() string {
+	var b strings.Builder
+	b.WriteString("| " + strings.Join(t.head, " | ") + " |\n|")
+	for range t.head {
+		b.WriteString("---|")
+	}
+	b.WriteString("\n")
+	for _, r := range t.rows {
+		b.WriteString("| " + strings.Join(r, " | ") + " |\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,390 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/stickydrain/stickydrain/test/cluster"
+	"github.com/stickydrain/stickydrain/test/e2e"
+	"github.com/stickydrain/stickydrain/test/haproxytest"
+	"github.com/stickydrain/stickydrain/test/nginxplus"
+	"github.com/stickydrain/stickydrain/test/proc"
+	"github.com/stickydrain/stickydrain/test/testbin"
+)
+
+const (
+	propNS       = "prop"
+	propServices = 1000
+	propPerSvc   = 10
+)
+
+func svcName(i int) string { return fmt.Sprintf("svc-%d", i) }
+
+func podIP(n int) string { return fmt.Sprintf("198.18.%d.%d", n/250, n%250+1) }
+
+// fastClient is a clientset without client-side throttling, for setting
+// up thousands of objects.
+func fastClient(cfg *rest.Config) (*kubernetes.Clientset, error) {
+	c := rest.CopyConfig(cfg)
+	c.QPS, c.Burst = 5000, 10000
+	return kubernetes.NewForConfig(c)
+}
+
+// parallel runs f(0..n-1) on w workers and returns the first error.
+func parallel(n, w int, f func(i int) error) error {
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	next := make(chan int)
+	for range w {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return first
+}
+
+func propagation(ctx context.Context, logf func(string, ...any)) (string, error) {
+	c, err := cluster.Start(ctx, cluster.Options{Log: logf, OwnSignals: true,
+		// The EndpointSlice controller unthrottled, as large clusters run it
+		// (the default 20 requests/s would dominate a burst of 100).
+		ControllerManagerArgs: []string{"--kube-api-qps=500", "--kube-api-burst=1000"}})
+	if err != nil {
+		return "", err
+	}
+	defer c.Stop()
+	cs, err := fastClient(c.Config)
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "stickydrain-bench-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// Two HAProxy and two NGINX Plus API emulators, each behind a recorder.
+	j := newJournal()
+	var backends []haproxytest.Backend
+	var ups []nginxplus.Upstream
+	for i := range propServices {
+		backends = append(backends, haproxytest.Backend{Name: svcName(i), Slots: propPerSvc + 4})
+		ups = append(ups, nginxplus.Upstream{Name: svcName(i), Zone: svcName(i)})
+	}
+	var haAddrs, plusAddrs []string
+	for i := range 2 {
+		d := filepath.Join(dir, fmt.Sprintf("haproxy-%d", i))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", err
+		}
+		h, err := haproxytest.Run(d, 0, "bench-key", backends...)
+		if err != nil {
+			return "", err
+		}
+		defer h.Stop()
+		sock := filepath.Join(dir, fmt.Sprintf("recorder-%d.sock", i))
+		if err := runtimeProxy(runCtx, j, fmt.Sprintf("haproxy-%d", i), sock, h.Socket); err != nil {
+			return "", err
+		}
+		haAddrs = append(haAddrs, fmt.Sprintf("%q", "unix://"+sock))
+		em := nginxplus.New(nginxplus.Options{Upstreams: ups})
+		u, err := emulatorServer(runCtx, j, fmt.Sprintf("plus-%d", i), em)
+		if err != nil {
+			return "", err
+		}
+		plusAddrs = append(plusAddrs, fmt.Sprintf("%q", u))
+	}
+
+	// The controller binary, as its shipped ServiceAccount.
+	bins := testbin.New()
+	defer bins.Close()
+	bin, err := bins.Build("github.com/stickydrain/stickydrain/controller")
+	if err != nil {
+		return "", err
+	}
+	kubeconfig, err := e2e.ServiceAccount(ctx, c, "controller")
+	if err != nil {
+		return "", err
+	}
+	cfgPath := filepath.Join(dir, "controller.yaml")
+	cfg := fmt.Sprintf(`loadBalancers:
+  - {name: edge, type: haproxy, instances: {static: [%s]}}
+  - {name: plus, type: nginx-plus, instances: {static: [%s]}}
+resync: 10m
+`, strings.Join(haAddrs, ", "), strings.Join(plusAddrs, ", "))
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return "", err
+	}
+	ports, err := proc.FreePorts(2)
+	if err != nil {
+		return "", err
+	}
+	ctl, err := proc.Start(filepath.Join(dir, "controller.log"), bin, "--config", cfgPath, "--kubeconfig", kubeconfig,
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[0]), "--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[1]))
+	if err != nil {
+		return "", err
+	}
+	defer ctl.Stop()
+	if err := proc.WaitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]), time.Minute); err != nil {
+		return "", fmt.Errorf("controller: %w", err)
+	}
+
+	// 1,000 Services × 10 ready pods, published by the real EndpointSlice
+	// controller.
+	logf("propagation: creating %d Services and %d pods", propServices, propServices*propPerSvc)
+	setupStart := time.Now()
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: propNS}}, metav1.CreateOptions{}); err != nil {
+		return "", err
+	}
+	if err := parallel(propServices, 16, func(i int) error {
+		_, err := cs.CoreV1().Services(propNS).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: svcName(i), Annotations: map[string]string{"stickydrain.io/upstreams": "edge/" + svcName(i) + ",plus/" + svcName(i)}},
+			Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"app": svcName(i)},
+				Ports: []corev1.ServicePort{{Name: "http", Port: 8080, TargetPort: intstr.FromString("http")}}},
+		}, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return "", err
+	}
+	if err := parallel(propServices*propPerSvc, 32, func(n int) error {
+		p, err := cs.CoreV1().Pods(propNS).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", svcName(n/propPerSvc), n%propPerSvc), Labels: map[string]string{"app": svcName(n / propPerSvc)}},
+			Spec: corev1.PodSpec{NodeName: c.Nodes[0], Containers: []corev1.Container{{Name: "app", Image: "app",
+				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: podIP(n), PodIPs: []corev1.PodIP{{IP: podIP(n)}}, StartTime: &now,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+				{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}}
+		_, err = cs.CoreV1().Pods(propNS).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		return "", err
+	}
+	logf("propagation: objects created in %v; waiting for every server on every instance", time.Since(setupStart).Round(time.Second))
+	haStates := func() (int, error) {
+		total := 0
+		for i := range 2 {
+			n, err := activeHAProxyServers(filepath.Join(dir, fmt.Sprintf("haproxy-%d", i), "admin.sock"))
+			if err != nil {
+				return 0, err
+			}
+			total += n
+		}
+		return total, nil
+	}
+	want := 2 * propServices * propPerSvc
+	for {
+		n, err := haStates()
+		if err != nil {
+			return "", err
+		}
+		if n == want {
+			break
+		}
+		if time.Since(setupStart) > 15*time.Minute {
+			return "", fmt.Errorf("after 15 minutes %d of %d servers are on the HAProxy instances (controller log %s)", n, want, ctl.Log)
+		}
+		time.Sleep(2 * time.Second)
+	}
+	converged := time.Since(setupStart)
+	logf("propagation: %d servers on each instance after %v", propServices*propPerSvc, converged.Round(time.Second))
+	ctlAfterSync, err := procUsage(ctl.Pid())
+	if err != nil {
+		return "", err
+	}
+
+	// Watch the EndpointSlices as the controller does: when each endpoint
+	// is first seen terminating.
+	seen := map[string]time.Time{} // pod IP → terminating seen
+	var seenMu sync.Mutex
+	inf := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(propNS))
+	si := inf.Discovery().V1().EndpointSlices().Informer()
+	note := func(o any) {
+		s, ok := o.(*discoveryv1.EndpointSlice)
+		if !ok {
+			return
+		}
+		now := time.Now()
+		seenMu.Lock()
+		for _, e := range s.Endpoints {
+			if ptr.Deref(e.Conditions.Terminating, false) && len(e.Addresses) > 0 {
+				if _, ok := seen[e.Addresses[0]]; !ok {
+					seen[e.Addresses[0]] = now
+				}
+			}
+		}
+		seenMu.Unlock()
+	}
+	_, _ = si.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: note, UpdateFunc: func(_, o any) { note(o) }})
+	inf.Start(runCtx.Done())
+	inf.WaitForCacheSync(runCtx.Done())
+
+	type result struct {
+		label                string
+		fromTerm, fromDelete map[string][]time.Duration // lb → delays
+		requests, commands   map[string]int
+		changes              int
+	}
+	measure := func(label string, svcs []int, gap time.Duration) (result, error) {
+		j.reset()
+		r := result{label: label, fromTerm: map[string][]time.Duration{}, fromDelete: map[string][]time.Duration{}, requests: map[string]int{}, commands: map[string]int{}, changes: len(svcs)}
+		deleted := make([]time.Time, len(svcs))
+		var wg sync.WaitGroup
+		for k, i := range svcs {
+			del := func() {
+				defer wg.Done()
+				if err := cs.CoreV1().Pods(propNS).Delete(ctx, svcName(i)+"-0", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](3600)}); err != nil {
+					logf("deleting %s-0: %v", svcName(i), err)
+				}
+				deleted[k] = time.Now()
+			}
+			wg.Add(1)
+			if gap == 0 {
+				go del()
+			} else {
+				del()
+				time.Sleep(gap)
+			}
+		}
+		wg.Wait()
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			done := 0
+			for _, i := range svcs {
+				if len(j.firstDrain(svcName(i))) == 4 {
+					done++
+				}
+			}
+			if done == len(svcs) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return r, fmt.Errorf("%s: %d of %d drains applied on all 4 instances after 2 minutes (controller log %s)", label, done, len(svcs), ctl.Log)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(2 * time.Second) // anything that follows a drain is counted too
+		for k, i := range svcs {
+			fd := j.firstDrain(svcName(i))
+			seenMu.Lock()
+			term, ok := seen[podIP(i*propPerSvc)]
+			seenMu.Unlock()
+			if !ok {
+				return r, fmt.Errorf("%s: the endpoint of %s-0 was never seen terminating", label, svcName(i))
+			}
+			for _, lb := range []string{"haproxy", "plus"} {
+				var last time.Time
+				for inst, t := range fd {
+					if strings.HasPrefix(inst, lb) && t.After(last) {
+						last = t
+					}
+				}
+				r.fromTerm[lb] = append(r.fromTerm[lb], last.Sub(term))
+				r.fromDelete[lb] = append(r.fromDelete[lb], last.Sub(deleted[k]))
+			}
+		}
+		for _, lb := range []string{"haproxy", "plus"} {
+			r.requests[lb], r.commands[lb] = j.counts(lb)
+		}
+		return r, nil
+	}
+	var burstSvcs, trickleSvcs []int
+	for i := range 100 {
+		burstSvcs = append(burstSvcs, i)
+		trickleSvcs = append(trickleSvcs, 100+i)
+	}
+	logf("propagation: burst of 100 deletions")
+	burst, err := measure("burst: 100 pods deleted at once", burstSvcs, 0)
+	if err != nil {
+		return "", err
+	}
+	logf("propagation: trickle of 100 deletions, one every 100 ms")
+	trickle, err := measure("trickle: one pod deleted every 100 ms", trickleSvcs, 100*time.Millisecond)
+	if err != nil {
+		return "", err
+	}
+	ctlEnd, err := procUsage(ctl.Pid())
+	if err != nil {
+		return "", err
+	}
+
+	t := table{head: []string{"run", "load balancer", "endpoint terminating → drained on every instance: p50", "p99", "max", "pod deletion → drained: p50", "p99", "API requests per drain per instance"}}
+	for _, r := range []result{burst, trickle} {
+		for _, lb := range []string{"haproxy", "plus"} {
+			a, b := summarise(r.fromTerm[lb]), summarise(r.fromDelete[lb])
+			name := map[string]string{"haproxy": "HAProxy 2.6 (2 instances)", "plus": "NGINX Plus API **emulator** (2 instances)"}[lb]
+			per := fmt.Sprintf("%.2f", float64(r.requests[lb])/float64(2*r.changes))
+			if lb == "haproxy" {
+				per += fmt.Sprintf(" connections (%.2f commands)", float64(r.commands[lb])/float64(2*r.changes))
+			}
+			t.add(r.label, name, ms(a.P50), ms(a.P99), ms(a.Max), ms(b.P50), ms(b.P99), per)
+		}
+	}
+	var all []time.Duration
+	for _, r := range []result{burst, trickle} {
+		for _, lb := range []string{"haproxy", "plus"} {
+			all = append(all, r.fromTerm[lb]...)
+		}
+	}
+	slices.Sort(all)
+	return fmt.Sprintf(`## Drain propagation
+
+%d Services × %d endpoints (%d pods made Running and Ready through the API; the real
+EndpointSlice controller publishes them, run with --kube-api-qps=500), each Service mapped onto an
+HAProxy backend and an NGINX Plus upstream; two HAProxy 2.6 instances and two NGINX Plus API
+**emulators** (not NGINX Plus), each behind a recorder that timestamps each answer as it leaves
+the instance and counts requests. The controller binary runs as its shipped ServiceAccount
+(resync 10m, so none falls in the windows). Pods are deleted gracefully (grace period 1h), one
+pod per Service; "terminating" is when a watch on the EndpointSlices first shows the endpoint
+terminating.
+
+Initial sync: every server on every instance %v after the objects were first created (objects
+and EndpointSlice controller included); controller CPU %v, RSS %s (peak %s) after it.
+
+%s
+Goal: drain applied on every instance within 100 ms (p99) of the endpoint turning terminating,
+at 10k endpoints. Over all four rows, p99 %s.
+
+Controller at the end: CPU %v in total, RSS %s (peak %s).
+`, propServices, propPerSvc, propServices*propPerSvc, converged.Round(time.Second), ctlAfterSync.CPU.Round(time.Millisecond), mib(ctlAfterSync.RSS), mib(ctlAfterSync.HWM),
+		t.String(), ms(summarise(all).P99), ctlEnd.CPU.Round(time.Millisecond), mib(ctlEnd.RSS), mib(ctlEnd.HWM)), nil
+}

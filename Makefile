@@ -70,9 +70,8 @@ fuzz: ## Fuzz drainctl's parsers and the webhook's annotation parsing, FUZZTIME 
 	done
 
 .PHONY: bench
-bench: ## Benchmarks that exist so far; figures go to bench/results.md.
-	@bash bench/run.sh
-	@echo "make bench: the admission, drain-propagation and scale benchmarks do not exist yet (issue: benchmarks)." >&2
+bench: deps k8s-bins ## Every benchmark (Go benchmarks, admission, drain propagation, scale; ~20 min, root); figures go to bench/results.md.
+	STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" bash bench/run.sh
 
 .PHONY: deps
 deps: ## Install what the tests need on a fresh machine (Debian packages).

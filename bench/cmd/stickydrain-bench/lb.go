@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stickydrain/stickydrain/test/nginxplus"
+	"github.com/stickydrain/stickydrain/test/testbin"
 )
 
 // change is one server change a load-balancer instance confirmed: the
@@ -180,4 +181,14 @@ func activeHAProxyServers(sock string) (int, error) {
 		}
 	}
 	return n, sc.Err()
+}
+
+// controllerBinary is bin, or the controller built from this tree.
+func controllerBinary(bin string) (string, func(), error) {
+	if bin != "" {
+		return bin, func() {}, nil
+	}
+	b := testbin.New()
+	path, err := b.Build("github.com/stickydrain/stickydrain/controller")
+	return path, func() { _ = b.Close() }, err
 }

@@ -26,6 +26,7 @@ import (
 func main() {
 	out := flag.String("out", "", "`file` to write the markdown section to (default stdout)")
 	pprofAddr := flag.String("pprof", "", "`address` for the webhook's pprof endpoint; the 1000/s run's CPU profile goes to bench/webhook-cpu-1000.prof")
+	controllerBin := flag.String("controller", "", "controller `binary` to measure (default: built from this tree), e.g. an older build for a before/after figure")
 	dur := flag.Duration("duration", 10*time.Second, "how long each fixed-rate admission run lasts")
 	flag.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: stickydrain-bench [-out FILE] admission|propagation|scale")
@@ -47,9 +48,9 @@ func main() {
 	case "admission":
 		section, err = admission(ctx, logf, *dur, *pprofAddr)
 	case "propagation":
-		section, err = propagation(ctx, logf)
+		section, err = propagation(ctx, logf, *controllerBin)
 	case "scale":
-		section, err = scale(ctx, logf)
+		section, err = scale(ctx, logf, *controllerBin)
 	default:
 		flag.Usage()
 		os.Exit(2)

@@ -25,7 +25,6 @@ import (
 	"github.com/stickydrain/stickydrain/test/haproxytest"
 	"github.com/stickydrain/stickydrain/test/nginxplus"
 	"github.com/stickydrain/stickydrain/test/proc"
-	"github.com/stickydrain/stickydrain/test/testbin"
 )
 
 const (
@@ -77,7 +76,7 @@ func parallel(n, w int, f func(i int) error) error {
 	return first
 }
 
-func propagation(ctx context.Context, logf func(string, ...any)) (string, error) {
+func propagation(ctx context.Context, logf func(string, ...any), controllerBin string) (string, error) {
 	c, err := cluster.Start(ctx, cluster.Options{Log: logf, OwnSignals: true,
 		// The EndpointSlice controller unthrottled, as large clusters run it
 		// (the default 20 requests/s would dominate a burst of 100).
@@ -131,12 +130,11 @@ func propagation(ctx context.Context, logf func(string, ...any)) (string, error)
 	}
 
 	// The controller binary, as its shipped ServiceAccount.
-	bins := testbin.New()
-	defer bins.Close()
-	bin, err := bins.Build("github.com/stickydrain/stickydrain/controller")
+	bin, cleanup, err := controllerBinary(controllerBin)
 	if err != nil {
 		return "", err
 	}
+	defer cleanup()
 	kubeconfig, err := e2e.ServiceAccount(ctx, c, "controller")
 	if err != nil {
 		return "", err

@@ -17,7 +17,6 @@ import (
 	"github.com/stickydrain/stickydrain/test/e2e"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
 	"github.com/stickydrain/stickydrain/test/proc"
-	"github.com/stickydrain/stickydrain/test/testbin"
 )
 
 const (
@@ -49,7 +48,7 @@ func scaleSlice(svc, k int, terminating int) *discoveryv1.EndpointSlice {
 	return s
 }
 
-func scale(ctx context.Context, logf func(string, ...any)) (string, error) {
+func scale(ctx context.Context, logf func(string, ...any), controllerBin string) (string, error) {
 	c, err := cluster.Start(ctx, cluster.Options{Log: logf, OwnSignals: true})
 	if err != nil {
 		return "", err
@@ -82,12 +81,11 @@ func scale(ctx context.Context, logf func(string, ...any)) (string, error) {
 	if err := runtimeProxy(runCtx, j, "haproxy-0", sock, h.Socket); err != nil {
 		return "", err
 	}
-	bins := testbin.New()
-	defer bins.Close()
-	bin, err := bins.Build("github.com/stickydrain/stickydrain/controller")
+	bin, cleanup, err := controllerBinary(controllerBin)
 	if err != nil {
 		return "", err
 	}
+	defer cleanup()
 	kubeconfig, err := e2e.ServiceAccount(ctx, c, "controller")
 	if err != nil {
 		return "", err

@@ -20,7 +20,7 @@ if [ "${BENCH_ONLY:-}" != go ]; then
 	done
 fi
 echo "running Go benchmarks (pure functions, drainctl footprint) …" >&2
-go test -run '^$' -bench . -benchmem -count 1 ./webhook/inject ./controller/source ./controller/plan | tee -a "$raw" >&2
+go test -run '^$' -bench . -benchmem -count 1 ./webhook/inject ./webhook/admit ./controller/source ./controller/plan | tee -a "$raw" >&2
 go test -run '^$' -bench BenchmarkPollFootprint -benchtime 2x ./drainctl/ | tee -a "$raw" >&2
 {
 	echo "# Benchmark results"
@@ -35,6 +35,7 @@ go test -run '^$' -bench BenchmarkPollFootprint -benchtime 2x ./drainctl/ | tee 
 	/^Benchmark/ {
 		name=$1; sub(/-[0-9]+$/, "", name)
 		what["BenchmarkInject"]="webhook mutation of an opted-in pod, 3 containers"
+		what["BenchmarkAdmitPod"]="one pod admission through controller-runtime (decode, Namespace read, mutation, JSON patch), no TLS/HTTP"
 		what["BenchmarkDesired"]="desired servers from 100 slices × 100 endpoints"
 		what["BenchmarkCalculate"]="plan over 10,000 servers, 100 changed"
 		what["BenchmarkPollFootprint"]="drainctl binary polling every 20 ms for 3 s"

@@ -22,11 +22,14 @@ fi
 echo "running Go benchmarks (pure functions, drainctl footprint) …" >&2
 go test -run '^$' -bench . -benchmem -count 1 ./webhook/inject ./webhook/admit ./controller/source ./controller/plan | tee -a "$raw" >&2
 go test -run '^$' -bench BenchmarkPollFootprint -benchtime 2x ./drainctl/ | tee -a "$raw" >&2
+# Whether the tree differs from the commit (this file aside, which is being written).
+dirty=""
+git diff --quiet HEAD -- . ':!bench/results.md' 2>/dev/null || dirty=" (with uncommitted changes)"
 {
 	echo "# Benchmark results"
 	echo
 	echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-	echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+	echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$dirty"
 	echo "- machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(go version | cut -d' ' -f3-4)"
 	echo
 	echo "| benchmark | what | time/op | bytes/op | allocs/op | other |"

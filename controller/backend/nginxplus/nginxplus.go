@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nginx/nginx-plus-go-client/v3/client"
 	"k8s.io/utils/ptr"
@@ -52,7 +53,16 @@ type Instance struct {
 	gen     uint64
 	loaded  string
 	restart int
+	// checked is when /nginx was last read. Its generation tells a reload
+	// or restart apart for the logs; repairs need no such signal (every
+	// pass reads the servers), so it is read at most every checkEvery, not
+	// on every pass, which keeps a drain to two API calls.
+	checked    time.Time
+	checkEvery time.Duration
 }
+
+// restartCheckEvery is how often /nginx is read for restart detection.
+const restartCheckEvery = 5 * time.Second
 
 var (
 	_ backend.Instance   = (*Instance)(nil)
@@ -120,6 +130,8 @@ func New(addr string, lb config.LoadBalancer) (*Instance, error) {
 		pinned: o.APIVersion,
 		stream: map[string]bool{},
 		ids:    map[string]map[string]int{},
+
+		checkEvery: restartCheckEvery,
 	}, nil
 }
 
@@ -194,6 +206,17 @@ func errCode(err error) string {
 	return ""
 }
 
+// checkDue reports whether /nginx is due for a read, and marks it read.
+func (n *Instance) checkDue() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if time.Since(n.checked) < n.checkEvery {
+		return false
+	}
+	n.checked = time.Now()
+	return true
+}
+
 // Servers reads the upstream's servers (an http upstream, else a stream
 // one), after checking /nginx for a restart.
 func (n *Instance) Servers(ctx context.Context, upstream string) (map[netip.AddrPort]plan.State, error) {
@@ -201,15 +224,17 @@ func (n *Instance) Servers(ctx context.Context, upstream string) (map[netip.Addr
 	if err != nil {
 		return nil, err
 	}
-	if info, err := c.GetNginxInfo(ctx); err == nil {
-		n.mu.Lock()
-		if n.gen != 0 && (info.Generation != n.gen || info.LoadTimestamp != n.loaded) {
-			n.restart++
-			logf.FromContext(ctx).Info("NGINX Plus restarted or reloaded; repairing every upstream", "instance", n.id,
-				"generation", info.Generation, "loadTimestamp", info.LoadTimestamp)
+	if n.checkDue() {
+		if info, err := c.GetNginxInfo(ctx); err == nil {
+			n.mu.Lock()
+			if n.gen != 0 && (info.Generation != n.gen || info.LoadTimestamp != n.loaded) {
+				n.restart++
+				logf.FromContext(ctx).Info("NGINX Plus restarted or reloaded; every pass repairs what it lost", "instance", n.id,
+					"generation", info.Generation, "loadTimestamp", info.LoadTimestamp)
+			}
+			n.gen, n.loaded = info.Generation, info.LoadTimestamp
+			n.mu.Unlock()
 		}
-		n.gen, n.loaded = info.Generation, info.LoadTimestamp
-		n.mu.Unlock()
 	}
 	out := map[netip.AddrPort]plan.State{}
 	servers, err := c.GetHTTPServers(ctx, upstream)

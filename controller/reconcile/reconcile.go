@@ -259,13 +259,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	r.mu.Lock()
 	r.known[req.NamespacedName] = owned
 	r.mu.Unlock()
-	ok := true
-	for _, u := range owned {
-		if !r.converge(ctx, &svc, u, desired) {
-			ok = false
-		}
+	// Each upstream on its own load balancer, at once: a Service mapped
+	// onto two load balancers is not drained on one after the other.
+	converged := make([]bool, len(owned))
+	var wg sync.WaitGroup
+	for i, u := range owned {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			converged[i] = r.converge(ctx, &svc, u, desired)
+		}()
 	}
-	if !ok {
+	wg.Wait()
+	allConverged := true
+	for _, ok := range converged {
+		allConverged = allConverged && ok
+	}
+	if !allConverged {
 		log.V(1).Info("not every instance converged; retrying soon")
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 	}

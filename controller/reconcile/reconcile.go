@@ -196,8 +196,11 @@ func (r *Reconciler) mapSlice(ctx context.Context, o client.Object) []ctrl.Reque
 			var list corev1.ServiceList
 			if err := r.Client.List(ctx, &list); err == nil {
 				for _, it := range list.Items {
-					if strings.Contains(it.Annotations[AnnotationUpstreams], lb.Name+"/") {
-						reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&it)})
+					for _, k := range upstreamKeys(it.Annotations[AnnotationUpstreams]) {
+						if strings.HasPrefix(k, lb.Name+"/") {
+							reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&it)})
+							break
+						}
 					}
 				}
 			}
@@ -513,14 +516,6 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 		}
 	}
 	return allOK
-}
-
-func keys[V any](m map[string]V) map[string]bool {
-	out := make(map[string]bool, len(m))
-	for k := range m {
-		out[k] = true
-	}
-	return out
 }
 
 func (r *Reconciler) announce(e source.Endpoint, u upstreamRef, a netip.AddrPort, reason, msg string) {

@@ -161,15 +161,6 @@ func (e *Env) Stop() {
 	_ = os.RemoveAll(e.Dir)
 }
 
-func (e *Env) run(name, bin string, args ...string) error {
-	p, err := proc.Start(filepath.Join(e.Dir, name+".log"), bin, args...)
-	if err != nil {
-		return err
-	}
-	e.procs = append(e.procs, p)
-	return nil
-}
-
 // Webhook is the webhook binary running with a certificate from certs/.
 type Webhook struct {
 	*proc.Proc
@@ -301,6 +292,39 @@ func ControllerServiceAccount(ctx context.Context, c *cluster.Cluster) (string, 
 	return ServiceAccount(ctx, c, "controller")
 }
 
+// Controller is the controller binary running with a configuration file.
+type Controller struct {
+	*proc.Proc
+	MetricsPort int
+}
+
+// StartController runs the controller binary bin against kubeconfig with
+// config (YAML, written to dir/controller.yaml) and its log at
+// dir/controller.log, and waits until it is ready. extra flags follow the
+// others.
+func StartController(ctx context.Context, bin, kubeconfig, dir, config string, extra ...string) (*Controller, error) {
+	cfg := filepath.Join(dir, "controller.yaml")
+	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
+		return nil, err
+	}
+	ports, err := proc.FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{MetricsPort: ports[0]}
+	args := append([]string{"--config", cfg, "--kubeconfig", kubeconfig,
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[1])}, extra...)
+	if c.Proc, err = proc.Start(filepath.Join(dir, "controller.log"), bin, args...); err != nil {
+		return nil, err
+	}
+	if err := proc.WaitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]), 60*time.Second); err != nil {
+		c.Stop()
+		return nil, fmt.Errorf("controller: %w (log %s)", err, c.Log)
+	}
+	return c, nil
+}
+
 func (e *Env) startController(ctx context.Context, bin string) error {
 	kubeconfig, err := ControllerServiceAccount(ctx, e.Cluster)
 	if err != nil {
@@ -318,21 +342,10 @@ func (e *Env) startController(ctx context.Context, bin string) error {
 		}
 		yml += fmt.Sprintf("  - name: plus\n    type: nginx-plus\n    instances:\n      static: [%s]\n", strings.Join(q, ", "))
 	}
-	cfg := filepath.Join(e.Dir, "controller.yaml")
-	if err := os.WriteFile(cfg, []byte(yml+"resync: 5s\n"), 0o644); err != nil {
-		return err
-	}
-	ports, err := proc.FreePorts(2)
+	c, err := StartController(ctx, bin, kubeconfig, e.Dir, yml+"resync: 5s\n", "--leader-elect", "--leader-election-namespace", "stickydrain-system")
 	if err != nil {
 		return err
 	}
-	if err := e.run("controller", bin, "--config", cfg, "--kubeconfig", kubeconfig, "--leader-elect", "--leader-election-namespace", "stickydrain-system",
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[0]),
-		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[1])); err != nil {
-		return err
-	}
-	if err := proc.WaitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]), 60*time.Second); err != nil {
-		return fmt.Errorf("controller: %w (log %s)", err, filepath.Join(e.Dir, "controller.log"))
-	}
+	e.procs = append(e.procs, c.Proc)
 	return nil
 }

@@ -168,7 +168,7 @@ type Stats struct {
 	// on every HAProxy instance: there must be none.
 	NewOnDraining int
 	// Relogins counts logouts on a draining pod followed by a login; each
-	// must land on another pod (RelginsOnDraining counts those that did not).
+	// must land on another pod (ReloginsOnDraining counts those that did not).
 	Relogins, ReloginsOnDraining int
 }
 

@@ -102,7 +102,7 @@ func reviewBody(uid int64) ([]byte, error) {
 	})
 }
 
-func admission(ctx context.Context, logf func(string, ...any), dur time.Duration, pprofAddr string) (string, error) {
+func admission(ctx context.Context, dir string, logf func(string, ...any), dur time.Duration, pprofAddr string) (string, error) {
 	c, err := cluster.Start(ctx, cluster.Options{Log: logf, OwnSignals: true})
 	if err != nil {
 		return "", err
@@ -118,11 +118,6 @@ func admission(ctx context.Context, logf func(string, ...any), dur time.Duration
 	if err != nil {
 		return "", err
 	}
-	dir, err := os.MkdirTemp("", "stickydrain-bench-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(dir)
 	var extra []string
 	if pprofAddr != "" {
 		extra = append(extra, "--pprof-bind-address", pprofAddr)

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stickydrain/stickydrain/test/cluster"
+	"github.com/stickydrain/stickydrain/test/e2e"
 	"github.com/stickydrain/stickydrain/test/nginxplus"
 	"github.com/stickydrain/stickydrain/test/testbin"
 )
@@ -183,12 +185,20 @@ func activeHAProxyServers(sock string) (int, error) {
 	return n, sc.Err()
 }
 
-// controllerBinary is bin, or the controller built from this tree.
-func controllerBinary(bin string) (string, func(), error) {
-	if bin != "" {
-		return bin, func() {}, nil
+// startController runs the controller (bin, or built from this tree) as
+// its shipped ServiceAccount with config, its files in dir.
+func startController(ctx context.Context, c *cluster.Cluster, bin, dir, config string) (*e2e.Controller, error) {
+	if bin == "" {
+		b := testbin.New()
+		defer b.Close() // Linux keeps a running binary's file until it exits
+		var err error
+		if bin, err = b.Build("github.com/stickydrain/stickydrain/controller"); err != nil {
+			return nil, err
+		}
 	}
-	b := testbin.New()
-	path, err := b.Build("github.com/stickydrain/stickydrain/controller")
-	return path, func() { _ = b.Close() }, err
+	kubeconfig, err := e2e.ServiceAccount(ctx, c, "controller")
+	if err != nil {
+		return nil, err
+	}
+	return e2e.StartController(ctx, bin, kubeconfig, dir, config)
 }

@@ -40,25 +40,31 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logf := log.New(os.Stderr, "bench: ", log.Ltime).Printf
-	var (
-		section string
-		err     error
-	)
+	var run func(dir string) (string, error)
 	switch flag.Arg(0) {
 	case "admission":
-		section, err = admission(ctx, logf, *dur, *pprofAddr)
+		run = func(dir string) (string, error) { return admission(ctx, dir, logf, *dur, *pprofAddr) }
 	case "propagation":
-		section, err = propagation(ctx, logf, *controllerBin)
+		run = func(dir string) (string, error) { return propagation(ctx, dir, logf, *controllerBin) }
 	case "scale":
-		section, err = scale(ctx, logf, *controllerBin)
+		run = func(dir string) (string, error) { return scale(ctx, dir, logf, *controllerBin) }
 	default:
 		flag.Usage()
 		os.Exit(2)
 	}
+	// The processes' logs and configurations go to dir, kept when a run
+	// fails so the error's log paths can be read.
+	dir, err := os.MkdirTemp("", "stickydrain-bench-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "stickydrain-bench:", err)
 		os.Exit(1)
 	}
+	section, err := run(dir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "stickydrain-bench: %v\n(logs kept in %s)\n", err, dir)
+		os.Exit(1)
+	}
+	_ = os.RemoveAll(dir)
 	if *out == "" {
 		fmt.Print(section)
 		return

@@ -21,10 +21,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/stickydrain/stickydrain/test/cluster"
-	"github.com/stickydrain/stickydrain/test/e2e"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
 	"github.com/stickydrain/stickydrain/test/nginxplus"
-	"github.com/stickydrain/stickydrain/test/proc"
 )
 
 const (
@@ -76,7 +74,7 @@ func parallel(n, w int, f func(i int) error) error {
 	return first
 }
 
-func propagation(ctx context.Context, logf func(string, ...any), controllerBin string) (string, error) {
+func propagation(ctx context.Context, dir string, logf func(string, ...any), controllerBin string) (string, error) {
 	c, err := cluster.Start(ctx, cluster.Options{Log: logf, OwnSignals: true,
 		// The EndpointSlice controller unthrottled, as large clusters run it
 		// (the default 20 requests/s would dominate a burst of 100).
@@ -89,11 +87,6 @@ func propagation(ctx context.Context, logf func(string, ...any), controllerBin s
 	if err != nil {
 		return "", err
 	}
-	dir, err := os.MkdirTemp("", "stickydrain-bench-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(dir)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -130,37 +123,15 @@ func propagation(ctx context.Context, logf func(string, ...any), controllerBin s
 	}
 
 	// The controller binary, as its shipped ServiceAccount.
-	bin, cleanup, err := controllerBinary(controllerBin)
-	if err != nil {
-		return "", err
-	}
-	defer cleanup()
-	kubeconfig, err := e2e.ServiceAccount(ctx, c, "controller")
-	if err != nil {
-		return "", err
-	}
-	cfgPath := filepath.Join(dir, "controller.yaml")
-	cfg := fmt.Sprintf(`loadBalancers:
+	ctl, err := startController(ctx, c, controllerBin, dir, fmt.Sprintf(`loadBalancers:
   - {name: edge, type: haproxy, instances: {static: [%s]}}
   - {name: plus, type: nginx-plus, instances: {static: [%s]}}
 resync: 10m
-`, strings.Join(haAddrs, ", "), strings.Join(plusAddrs, ", "))
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		return "", err
-	}
-	ports, err := proc.FreePorts(2)
-	if err != nil {
-		return "", err
-	}
-	ctl, err := proc.Start(filepath.Join(dir, "controller.log"), bin, "--config", cfgPath, "--kubeconfig", kubeconfig,
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[0]), "--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[1]))
+`, strings.Join(haAddrs, ", "), strings.Join(plusAddrs, ", ")))
 	if err != nil {
 		return "", err
 	}
 	defer ctl.Stop()
-	if err := proc.WaitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]), time.Minute); err != nil {
-		return "", fmt.Errorf("controller: %w", err)
-	}
 
 	// 1,000 Services × 10 ready pods, published by the real EndpointSlice
 	// controller.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -14,9 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/stickydrain/stickydrain/test/cluster"
-	"github.com/stickydrain/stickydrain/test/e2e"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
-	"github.com/stickydrain/stickydrain/test/proc"
 )
 
 const (
@@ -48,7 +45,7 @@ func scaleSlice(svc, k int, terminating int) *discoveryv1.EndpointSlice {
 	return s
 }
 
-func scale(ctx context.Context, logf func(string, ...any), controllerBin string) (string, error) {
+func scale(ctx context.Context, dir string, logf func(string, ...any), controllerBin string) (string, error) {
 	c, err := cluster.Start(ctx, cluster.Options{Log: logf, OwnSignals: true})
 	if err != nil {
 		return "", err
@@ -58,11 +55,6 @@ func scale(ctx context.Context, logf func(string, ...any), controllerBin string)
 	if err != nil {
 		return "", err
 	}
-	dir, err := os.MkdirTemp("", "stickydrain-bench-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(dir)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -81,37 +73,71 @@ func scale(ctx context.Context, logf func(string, ...any), controllerBin string)
 	if err := runtimeProxy(runCtx, j, "haproxy-0", sock, h.Socket); err != nil {
 		return "", err
 	}
-	bin, cleanup, err := controllerBinary(controllerBin)
-	if err != nil {
-		return "", err
-	}
-	defer cleanup()
-	kubeconfig, err := e2e.ServiceAccount(ctx, c, "controller")
-	if err != nil {
-		return "", err
-	}
-	cfgPath := filepath.Join(dir, "controller.yaml")
-	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf("loadBalancers:\n  - {name: edge, type: haproxy, instances: {static: [%q]}}\nresync: 30s\n", "unix://"+sock)), 0o644); err != nil {
-		return "", err
-	}
-	ports, err := proc.FreePorts(2)
-	if err != nil {
-		return "", err
-	}
-	ctl, err := proc.Start(filepath.Join(dir, "controller.log"), bin, "--config", cfgPath, "--kubeconfig", kubeconfig,
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[0]), "--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[1]))
+	ctl, err := startController(ctx, c, controllerBin, dir,
+		fmt.Sprintf("loadBalancers:\n  - {name: edge, type: haproxy, instances: {static: [%q]}}\nresync: 30s\n", "unix://"+sock))
 	if err != nil {
 		return "", err
 	}
 	defer ctl.Stop()
-	if err := proc.WaitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]), time.Minute); err != nil {
-		return "", fmt.Errorf("controller: %w", err)
-	}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scaleNS}}, metav1.CreateOptions{}); err != nil {
 		return "", err
 	}
 
-	t := table{head: []string{"endpoints", "Services", "initial sync", "controller CPU for it", "RSS after (peak)", "idle CPU over 60 s (2 resyncs)", "100 endpoints turn terminating: drained p50", "p99", "controller CPU per change", "Runtime API connections per change"}}
+	t := table{head: []string{"endpoints", "Services", "initial sync", "controller CPU for it", "RSS after (peak)", "idle CPU over 60 s (2 resyncs)"}}
+	g := table{head: []string{"endpoints", "endpoints turning terminating (one per Service)", "drained p50", "p99", "max", "controller CPU above idle", "per change", "Runtime API connections per change"}}
+	terminating := make([]int, maxSvcs) // per Service: endpoints made terminating so far
+	// round turns one more endpoint terminating in each of the first n
+	// Services at once and measures until HAProxy has drained them all.
+	// Its CPU is what the controller used beyond its idle rate (resyncs
+	// go on meanwhile).
+	round := func(total, n int, idleRate float64) error {
+		j.reset()
+		before, err := procUsage(ctl.Pid())
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		changed := make([]time.Time, n)
+		if err := parallel(n, 16, func(i int) error {
+			terminating[i]++
+			s := scaleSlice(i, scalePerSvc, terminating[i])
+			cur, err := cs.DiscoveryV1().EndpointSlices(scaleNS).Get(ctx, s.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			s.ResourceVersion = cur.ResourceVersion
+			changed[i] = time.Now()
+			_, err = cs.DiscoveryV1().EndpointSlices(scaleNS).Update(ctx, s, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			return err
+		}
+		var lat []time.Duration
+		deadline := time.Now().Add(2 * time.Minute)
+		for i := 0; i < n; {
+			if at, ok := j.firstDrain(svcName(i))["haproxy-0"]; ok {
+				lat = append(lat, at.Sub(changed[i]))
+				i++
+				continue
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("scale: the drain of %s was not applied within 2 minutes (controller log %s)", svcName(i), ctl.Log)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(time.Second) // anything that follows a drain is counted too
+		after, err := procUsage(ctl.Pid())
+		if err != nil {
+			return err
+		}
+		cpu := after.CPU - before.CPU - time.Duration(idleRate*float64(time.Since(start)))
+		reqs, _ := j.counts("haproxy")
+		d := summarise(lat)
+		g.add(fmt.Sprintf("%dk", total/1000), fmt.Sprint(n), ms(d.P50), ms(d.P99), ms(d.Max),
+			cpu.Round(time.Millisecond).String(), (cpu / time.Duration(n)).Round(10*time.Microsecond).String(),
+			fmt.Sprintf("%.2f", float64(reqs)/float64(n)))
+		return nil
+	}
 	created := 0
 	for _, nSvc := range []int{100, maxSvcs} {
 		logf("scale: %d Services × %d endpoints", nSvc, scalePerSvc)
@@ -159,60 +185,38 @@ func scale(ctx context.Context, logf func(string, ...any), controllerBin string)
 		if err != nil {
 			return "", err
 		}
-		// 100 endpoints, one in each of 100 Services, turn terminating.
-		j.reset()
-		changed := make([]time.Time, 100)
-		term := nSvc / 100 // a different endpoint in each round
-		if err := parallel(100, 16, func(i int) error {
-			s := scaleSlice(i, scalePerSvc, term)
-			cur, err := cs.DiscoveryV1().EndpointSlices(scaleNS).Get(ctx, s.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			s.ResourceVersion = cur.ResourceVersion
-			changed[i] = time.Now()
-			_, err = cs.DiscoveryV1().EndpointSlices(scaleNS).Update(ctx, s, metav1.UpdateOptions{})
-			return err
-		}); err != nil {
-			return "", err
-		}
-		var lat []time.Duration
-		deadline := time.Now().Add(2 * time.Minute)
-		for i := 0; i < 100; {
-			fd := j.firstDrain(svcName(i))
-			if at, ok := fd["haproxy-0"]; ok {
-				lat = append(lat, at.Sub(changed[i]))
-				i++
-				continue
-			}
-			if time.Now().After(deadline) {
-				return "", fmt.Errorf("scale: the drain of %s was not applied within 2 minutes", svcName(i))
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		time.Sleep(2 * time.Second)
-		afterChange, err := procUsage(ctl.Pid())
-		if err != nil {
-			return "", err
-		}
-		reqs, _ := j.counts("haproxy")
-		d := summarise(lat)
+		idle := afterIdle.CPU - afterSync.CPU
 		t.add(fmt.Sprintf("%dk", want/1000), fmt.Sprint(nSvc), synced.Round(100*time.Millisecond).String(),
 			(afterSync.CPU - before.CPU).String(), fmt.Sprintf("%s (%s)", mib(afterSync.RSS), mib(afterSync.HWM)),
-			fmt.Sprintf("%v (%.1f %% of a core)", afterIdle.CPU-afterSync.CPU, 100*float64(afterIdle.CPU-afterSync.CPU)/float64(60*time.Second)),
-			ms(d.P50), ms(d.P99), ((afterChange.CPU - afterIdle.CPU) / 100).String(), fmt.Sprintf("%.2f", float64(reqs)/100))
+			fmt.Sprintf("%v (%.1f %% of a core)", idle, 100*float64(idle)/float64(60*time.Second)))
+		for _, n := range []int{10, 100, 1000} {
+			if n > nSvc {
+				break
+			}
+			logf("scale: %d endpoints turn terminating at %d", n, want)
+			if err := round(want, n, float64(idle)/float64(60*time.Second)); err != nil {
+				return "", err
+			}
+		}
 	}
 	return fmt.Sprintf(`## Scale
 
 Synthetic EndpointSlices (one slice of %d ready endpoints per selector-less Service, as another
 controller would publish them) on the real API server, mapped onto one real HAProxy 2.6 with
 1,000 backends of 104 slots; the controller binary as its shipped ServiceAccount with the default
-resync (30 s). First 100 Services (10k endpoints), then 900 more (100k). Then one endpoint in each
-of 100 Services turns terminating (a slice update): the delay is from the update's send to
-HAProxy confirming the drain; CPU per change includes the API-server watch traffic it decodes.
-CPU from /proc (10 ms ticks).
+resync (30 s). First 100 Services (10k endpoints), then 900 more (100k). CPU from /proc (10 ms
+ticks).
 
 %s
 Goal: controller under 150 MiB RSS at 10k endpoints.
-`, scalePerSvc, t.String()), nil
+
+How a change's cost grows: at each size, one endpoint in each of the first 10, 100, then 1,000
+Services turns terminating at once (slice updates). The delay runs from an update's send to
+HAProxy confirming that drain; the CPU is the controller's over the round less its idle rate
+measured above (so resyncs that fall in the round do not count), and includes decoding the
+watch events. A reconcile reads its own Service's slices and its own backend, so the cost per
+change should stay flat as the total grows and the total should grow with the changes.
+
+%s
+`, scalePerSvc, t.String(), g.String()), nil
 }

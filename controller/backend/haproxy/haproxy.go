@@ -201,6 +201,12 @@ func stateWord(s plan.State) string {
 // Apply makes the changes in one batch on one connection.
 func (h *Instance) Apply(ctx context.Context, upstream string, changes []plan.Change) []error {
 	errs := make([]error, len(changes))
+	// The pass's read is taken even when there is nothing to do, so that
+	// no backend's slots outlive their pass.
+	h.mu.Lock()
+	slots, fresh := h.read[upstream]
+	delete(h.read, upstream)
+	h.mu.Unlock()
 	if len(changes) == 0 {
 		return errs
 	}
@@ -210,10 +216,6 @@ func (h *Instance) Apply(ctx context.Context, upstream string, changes []plan.Ch
 		}
 		return errs
 	}
-	h.mu.Lock()
-	slots, fresh := h.read[upstream]
-	delete(h.read, upstream)
-	h.mu.Unlock()
 	if !fresh {
 		var err error
 		if slots, err = h.slots(ctx, upstream); err != nil {

@@ -38,7 +38,7 @@ git diff --quiet HEAD -- . ':!bench/results.md' 2>/dev/null || dirty=" (with unc
 	/^Benchmark/ {
 		name=$1; sub(/-[0-9]+$/, "", name)
 		what["BenchmarkInject"]="webhook mutation of an opted-in pod, 3 containers"
-		what["BenchmarkAdmitPod"]="one pod admission through controller-runtime (decode, Namespace read, mutation, JSON patch), no TLS/HTTP"
+		what["BenchmarkAdmitPod"]="one pod admission (decode, Namespace read, mutation, typed JSON patch), no TLS/HTTP"
 		what["BenchmarkDesired"]="desired servers from 100 slices × 100 endpoints"
 		what["BenchmarkCalculate"]="plan over 10,000 servers, 100 changed"
 		what["BenchmarkPollFootprint"]="drainctl binary polling every 20 ms for 3 s"

@@ -72,6 +72,19 @@ func (j *journal) firstDrain(upstream string) map[string]time.Time {
 	return out
 }
 
+// readOther reports whether a backend for which mine is false was read
+// (a pass that is not part of the changes being measured: a resync).
+func (j *journal) readOther(mine func(upstream string) bool) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, c := range j.changes {
+		if c.op == "read" && !mine(c.upstream) {
+			return true
+		}
+	}
+	return false
+}
+
 func (j *journal) counts(prefix string) (requests, commands int) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -86,7 +99,8 @@ func (j *journal) counts(prefix string) (requests, commands int) {
 
 // runtimeProxy forwards the HAProxy Runtime API from a socket of its own
 // to the instance's, recording each connection (one request, several
-// commands) and each `set server B/S state drain` it carried.
+// commands), each `set server B/S state S` it carried (op S) and each
+// `show servers state B` (op "read").
 func runtimeProxy(ctx context.Context, j *journal, name, listen, target string) error {
 	_ = os.Remove(listen)
 	ln, err := net.Listen("unix", listen)
@@ -120,9 +134,12 @@ func runtimeProxy(ctx context.Context, j *journal, name, listen, target string) 
 				var cs []change
 				for _, cmd := range cmds {
 					f := strings.Fields(cmd)
-					if len(f) == 5 && f[0] == "set" && f[1] == "server" && f[3] == "state" {
+					switch {
+					case len(f) == 5 && f[0] == "set" && f[1] == "server" && f[3] == "state":
 						be, _, _ := strings.Cut(f[2], "/")
 						cs = append(cs, change{instance: name, upstream: be, op: f[4], at: at})
+					case len(f) == 4 && f[0] == "show" && f[1] == "servers" && f[2] == "state":
+						cs = append(cs, change{instance: name, upstream: f[3], op: "read", at: at})
 					}
 				}
 				j.record(name, len(cmds), cs...)

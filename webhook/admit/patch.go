@@ -40,7 +40,9 @@ func typedPatch(orig, mutated any) ([]jsonpatch.JsonPatchOperation, error) {
 	return d.ops, nil
 }
 
-type differ struct{ ops []jsonpatch.JsonPatchOperation }
+type differ struct {
+	ops []jsonpatch.JsonPatchOperation
+}
 
 var marshalerType = reflect.TypeFor[json.Marshaler]()
 

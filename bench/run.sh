@@ -9,6 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=bench/results.md
+# The hypervisor's steal over the whole run, for the header: on a shared
+# virtual machine the tails of the latency figures move with it.
+steal() { awk '$1 == "cpu" { t = 0; for (i = 2; i <= 9; i++) t += $i; print $9, t; exit }' /proc/stat; }
+read -r steal0 total0 < <(steal)
 raw="$(mktemp)"
 sys="$(mktemp -d)"
 trap 'rm -rf "$raw" "$sys"' EXIT
@@ -30,6 +34,8 @@ git diff --quiet HEAD -- . ':!bench/results.md' 2>/dev/null || dirty=" (with unc
 	echo
 	echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$dirty"
+	read -r steal1 total1 < <(steal)
+	echo "- CPU time stolen by the hypervisor during the run: $(awk -v s=$((steal1 - steal0)) -v t=$((total1 - total0)) 'BEGIN { printf "%.1f %%", t ? 100 * s / t : 0 }')"
 	echo "- machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(go version | cut -d' ' -f3-4)"
 	echo
 	echo "| benchmark | what | time/op | bytes/op | allocs/op | other |"

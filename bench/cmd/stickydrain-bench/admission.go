@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -11,6 +12,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -186,29 +189,56 @@ func admission(ctx context.Context, dir string, logf func(string, ...any), dur t
 		return "", err
 	}
 
-	t := table{head: []string{"load", "requests", "throughput", "p50", "p99", "p99.9", "max", "errors", "webhook CPU", "webhook RSS (peak)"}}
-	run := func(label string, f func() (runResult, error)) error {
-		before, err := procUsage(w.Pid())
-		if err != nil {
-			return err
+	t := table{head: []string{"load", "requests", "throughput", "p50", "p99", "p99.9", "max", "errors", "webhook CPU", "webhook RSS (peak)", "CPU stolen by the host", "p99 of each run"}}
+	// run measures f repeats times and reports the run with the median p99
+	// beside every run's p99 and the host's steal: on a shared virtual
+	// machine one run's tail can be another tenant's.
+	run := func(label string, repeats int, f func() (runResult, error)) error {
+		type measured struct {
+			d             dist
+			r             runResult
+			before, after usage
+			steal         float64
 		}
-		logf("admission: %s", label)
-		r, err := f()
-		if err != nil {
-			return err
+		var runs []measured
+		for k := range repeats {
+			logf("admission: %s (%d of %d)", label, k+1, repeats)
+			before, err := procUsage(w.Pid())
+			if err != nil {
+				return err
+			}
+			s0, err := readCPUStat()
+			if err != nil {
+				return err
+			}
+			r, err := f()
+			if err != nil {
+				return err
+			}
+			s1, err := readCPUStat()
+			if err != nil {
+				return err
+			}
+			after, err := procUsage(w.Pid())
+			if err != nil {
+				return err
+			}
+			runs = append(runs, measured{summarise(r.lat), r, before, after, s1.stealSince(s0)})
 		}
-		after, err := procUsage(w.Pid())
-		if err != nil {
-			return err
+		slices.SortFunc(runs, func(a, b measured) int { return cmp.Compare(a.d.P99, b.d.P99) })
+		var each []string
+		for _, m := range runs {
+			each = append(each, ms(m.d.P99))
 		}
-		d := summarise(r.lat)
-		t.add(label, fmt.Sprint(d.N), fmt.Sprintf("%.0f/s", float64(d.N)/r.wall.Seconds()), ms(d.P50), ms(d.P99), ms(d.P999), ms(d.Max),
-			fmt.Sprint(r.errors), fmt.Sprintf("%.0f %% of a core", 100*float64(after.CPU-before.CPU)/float64(r.wall)),
-			fmt.Sprintf("%s (%s)", mib(after.RSS), mib(after.HWM)))
+		m := runs[len(runs)/2]
+		d := m.d
+		t.add(label, fmt.Sprint(d.N), fmt.Sprintf("%.0f/s", float64(d.N)/m.r.wall.Seconds()), ms(d.P50), ms(d.P99), ms(d.P999), ms(d.Max),
+			fmt.Sprint(m.r.errors), fmt.Sprintf("%.0f %% of a core", 100*float64(m.after.CPU-m.before.CPU)/float64(m.r.wall)),
+			fmt.Sprintf("%s (%s)", mib(m.after.RSS), mib(m.after.HWM)), fmt.Sprintf("%.1f %%", 100*m.steal), strings.Join(each, ", "))
 		return nil
 	}
 	for _, rate := range []int{100, 500, 1000} {
-		if err := run(fmt.Sprintf("%d/s fixed", rate), func() (runResult, error) {
+		if err := run(fmt.Sprintf("%d/s fixed", rate), 3, func() (runResult, error) {
 			if pprofAddr != "" && rate == 1000 {
 				go profile(pprofAddr, dur, fmt.Sprintf("bench/webhook-cpu-%d.prof", rate))
 			}
@@ -218,7 +248,7 @@ func admission(ctx context.Context, dir string, logf func(string, ...any), dur t
 		}
 	}
 	for _, workers := range []int{8, 64} {
-		if err := run(fmt.Sprintf("saturation, %d clients", workers), func() (runResult, error) { return closedLoop(ctx, post, workers, dur) }); err != nil {
+		if err := run(fmt.Sprintf("saturation, %d clients", workers), 1, func() (runResult, error) { return closedLoop(ctx, post, workers, dur) }); err != nil {
 			return "", err
 		}
 	}
@@ -269,7 +299,9 @@ The webhook binary (TLS, certificate from certs/, the Namespace read through its
 shipped ServiceAccount), sent AdmissionReviews over HTTP/2 (as kube-apiserver sends them) of an opted-in pod with 3 containers by a load
 generator in the same 2-core machine (so the generator's CPU is taken from the webhook's). Fixed
 rates are open-loop: each latency runs from the request's scheduled send time, so a stall is
-not hidden. %v per run.
+not hidden. %v per run; each fixed rate runs three times and the row is the run with the median
+p99 (every run's p99 in the last column). "Stolen" is the machine's CPU time the hypervisor gave
+to other guests during that run (/proc/stat steal), which shows up in the tail.
 
 %s
 Goal: p99 under 5 ms at 500 admissions/s.

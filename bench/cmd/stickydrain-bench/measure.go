@@ -89,3 +89,38 @@ func (t *table) String() string {
 	}
 	return b.String()
 }
+
+// cpuStat is the machine's CPU time from /proc/stat, in ticks.
+type cpuStat struct{ total, steal int64 }
+
+func readCPUStat() (cpuStat, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuStat{}, fmt.Errorf("reading /proc/stat: %w", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal guest guest_nice
+	if len(f) < 9 || f[0] != "cpu" {
+		return cpuStat{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var s cpuStat
+	for i := 1; i <= 8; i++ { // guest time is already in user
+		v, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return cpuStat{}, fmt.Errorf("/proc/stat: %q: %w", line, err)
+		}
+		s.total += v
+		if i == 8 {
+			s.steal = v
+		}
+	}
+	return s, nil
+}
+
+// stealSince is the share of the machine's CPU time stolen since s0.
+func (s cpuStat) stealSince(s0 cpuStat) float64 {
+	if s.total == s0.total {
+		return 0
+	}
+	return float64(s.steal-s0.steal) / float64(s.total-s0.total)
+}

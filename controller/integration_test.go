@@ -416,8 +416,8 @@ loadBalancers:
     type: haproxy
     instances:
       service: {namespace: lb, name: haproxy-runtime, port: runtime}
-resync: 2s
-`)
+resync: 10m
+`) // no resync within the test: an HAProxy pod that turns ready must bring the Services mapped onto its load balancer by itself
 	_ = ctrlProc
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

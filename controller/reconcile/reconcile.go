@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -122,8 +123,12 @@ func ParseUpstreams(v string, cfg *config.Config) ([]upstreamRef, error) {
 	return out, nil
 }
 
-// indexUpstream indexes Services by each "<lb>/<upstream>" they map.
-const indexUpstream = "stickydrain.io/upstream"
+// Indexes of Services: by each "<lb>/<upstream>" they map, and by each
+// load balancer they map onto.
+const (
+	indexUpstream = "stickydrain.io/upstream"
+	indexLB       = "stickydrain.io/lb"
+)
 
 // upstreamKeys are the "<lb>/<upstream>" entries of an upstreams
 // annotation, unvalidated (ParseUpstreams validates).
@@ -153,6 +158,17 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return upstreamKeys(o.GetAnnotations()[AnnotationUpstreams])
 	}); err != nil {
 		return fmt.Errorf("indexing Services by upstream: %w", err)
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Service{}, indexLB, func(o client.Object) []string {
+		var lbs []string
+		for _, k := range upstreamKeys(o.GetAnnotations()[AnnotationUpstreams]) {
+			if lb, _, ok := strings.Cut(k, "/"); ok && !slices.Contains(lbs, lb) {
+				lbs = append(lbs, lb)
+			}
+		}
+		return lbs
+	}); err != nil {
+		return fmt.Errorf("indexing Services by load balancer: %w", err)
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("stickydrain").
@@ -194,15 +210,12 @@ func (r *Reconciler) mapSlice(ctx context.Context, o client.Object) []ctrl.Reque
 	for _, lb := range r.cfg().LoadBalancers {
 		if s := lb.Instances.Service; s != nil && s.Namespace == o.GetNamespace() && s.Name == svc {
 			var list corev1.ServiceList
-			if err := r.Client.List(ctx, &list); err == nil {
-				for _, it := range list.Items {
-					for _, k := range upstreamKeys(it.Annotations[AnnotationUpstreams]) {
-						if strings.HasPrefix(k, lb.Name+"/") {
-							reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&it)})
-							break
-						}
-					}
-				}
+			if err := r.Client.List(ctx, &list, client.MatchingFields{indexLB: lb.Name}); err != nil {
+				logf.FromContext(ctx).Error(err, "listing the Services mapped onto a load balancer whose instances changed", "lb", lb.Name)
+				continue
+			}
+			for _, it := range list.Items {
+				reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&it)})
 			}
 		}
 	}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"path/filepath"
+	"testing"
+)
+
+// The recorder is what the propagation and scale figures are read from:
+// it must see each drain and each backend read a connection carries.
+func TestRuntimeProxyRecordsDrainsAndReads(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "haproxy.sock")
+	ln, err := net.Listen("unix", target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // answers each command with an empty result, as HAProxy does for `set`
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = bufio.NewReader(c).ReadString('\n')
+			_, _ = c.Write([]byte("\n\n"))
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	j := newJournal()
+	listen := filepath.Join(dir, "recorder.sock")
+	if err := runtimeProxy(ctx, j, "haproxy-0", listen, target); err != nil {
+		t.Fatal(err)
+	}
+	send := func(line string) {
+		c, err := net.Dial("unix", listen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte(line + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.ReadAll(c) // the recorder records once the answer is through
+	}
+	send("show servers state svc-1;set server svc-1/pod3 state drain")
+	if _, ok := j.firstDrain("svc-1")["haproxy-0"]; !ok {
+		t.Errorf("the drain of svc-1 was not recorded: %+v", j.changes)
+	}
+	if j.readOther(func(u string) bool { return u == "svc-1" }) {
+		t.Error("a read of svc-1 counted as another backend's")
+	}
+	send("show servers state svc-7")
+	if !j.readOther(func(u string) bool { return u == "svc-1" }) {
+		t.Errorf("the read of svc-7 (a resync) was not seen: %+v", j.changes)
+	}
+	if req, cmds := j.counts("haproxy"); req != 2 || cmds != 3 {
+		t.Errorf("%d connections and %d commands recorded, want 2 and 3", req, cmds)
+	}
+}

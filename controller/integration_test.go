@@ -19,6 +19,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -584,4 +585,88 @@ resync: 2s
 	eventually(t, ctx, "the server deleted from both emulators after the pod is gone", func() bool {
 		return state(emus[0], addr) == "absent" && state(emus[1], addr) == "absent"
 	})
+}
+
+// TestControllerReplicasHandOverLeadership runs two replicas with leader
+// election, as the Deployment does: only the leader changes the load
+// balancer, and when it stops (a rollout of the controller, a node drain)
+// it releases its Lease, so the other takes over without waiting for the
+// lease to expire and applies the next drain.
+func TestControllerReplicasHandOverLeadership(t *testing.T) {
+	c := cluster.StartT(t, cluster.Options{})
+	h, err := haproxytest.Run(t.TempDir(), 0, "k", haproxytest.Backend{Name: "shop", Slots: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Stop()
+	kubeconfig := asControllerServiceAccount(t, c)
+	cfg := fmt.Sprintf("loadBalancers:\n  - {name: edge, type: haproxy, instances: {static: [%q]}}\nresync: 10m\n", h.Address())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	k := c.Client
+	must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}))
+	must(t, k.Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", Annotations: map[string]string{"stickydrain.io/upstreams": "edge/shop"}},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 8080}}},
+	}))
+	addrs := []string{"198.18.200.1", "198.18.200.2", "198.18.200.3"}
+	// setSlice publishes the three endpoints, the first `terminating` of
+	// them terminating (a selector-less Service's slice, as another
+	// controller would publish it).
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "shop", Labels: map[string]string{
+			discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: "test.stickydrain.io"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
+	}
+	setSlice := func(terminating int) {
+		t.Helper()
+		slice.Endpoints = nil
+		for i, a := range addrs {
+			term := i < terminating
+			slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{a},
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(!term), Serving: ptr.To(true), Terminating: ptr.To(term)}})
+		}
+		if slice.ResourceVersion == "" {
+			must(t, k.Create(ctx, slice))
+		} else {
+			must(t, k.Update(ctx, slice))
+		}
+	}
+	state := func(i int) plan.State { return servers(t, h)[netip.MustParseAddrPort(addrs[i]+":8080")] }
+	logHas := func(p *controllerProc, s string) bool {
+		b, _ := os.ReadFile(p.logPath)
+		return strings.Contains(strings.ToLower(string(b)), s)
+	}
+
+	a := startController(t, c, kubeconfig, cfg)
+	setSlice(0)
+	eventually(t, ctx, "three active servers, from the first replica", func() bool {
+		return len(servers(t, h)) == 3 && state(0) == plan.Active && state(1) == plan.Active && state(2) == plan.Active
+	})
+	if !logHas(a, "acquired lease") {
+		t.Fatal("the first replica changed HAProxy without holding the Lease")
+	}
+	b := startController(t, c, kubeconfig, cfg)
+	setSlice(1)
+	eventually(t, ctx, "the first endpoint draining", func() bool { return state(0) == plan.Draining })
+	time.Sleep(3 * time.Second) // more than the second replica's retry period (2 s)
+	if logHas(b, "acquired lease") || logHas(b, `"applied"`) {
+		t.Fatal("the second replica leads, or changed HAProxy, while the first holds the Lease")
+	}
+
+	a.stop()
+	stopped := time.Now()
+	took := eventually(t, ctx, "the second replica to take the Lease", func() bool { return logHas(b, "acquired lease") }).Sub(stopped)
+	t.Logf("the second replica took the Lease %v after the first stopped", took)
+	if took > 10*time.Second {
+		t.Errorf("took the Lease %v after the first replica stopped: it waited for the Lease to expire (15 s) instead of taking the released one", took)
+	}
+	setSlice(2)
+	eventually(t, ctx, "the second endpoint draining, from the second replica", func() bool {
+		return state(0) == plan.Draining && state(1) == plan.Draining && state(2) == plan.Active
+	})
+	if !logHas(b, `"applied"`) {
+		t.Error("the second endpoint drained, but not by the second replica")
+	}
 }

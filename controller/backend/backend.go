@@ -29,3 +29,23 @@ type Instance interface {
 type Normalizer interface {
 	Normalize(upstream string, desired map[netip.AddrPort]plan.State) map[netip.AddrPort]plan.State
 }
+
+// Prober is implemented by instances that can tell one process from the
+// next cheaply: a restart, a reload or a new replica reads as a new
+// identity, which the controller repairs at once instead of at the next
+// resync.
+type Prober interface {
+	// Identity names the process answering now (HAProxy: its Pid and
+	// start time; NGINX Plus: its generation and load time).
+	Identity(ctx context.Context) (string, error)
+}
+
+// Marker is implemented by instances whose readiness can depend on a
+// marker that the controller sets once it has filled the process, so that
+// a fresh process takes no traffic before it holds every server.
+type Marker interface {
+	// MarkFilled sets the marker on the process, but only if it is still
+	// the one named identity; otherwise it takes the marker off again and
+	// returns an error. Instances configured without a marker do nothing.
+	MarkFilled(ctx context.Context, identity string) error
+}

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -57,6 +58,18 @@ type LoadBalancer struct {
 	Timeout Duration `json:"timeout,omitempty"`
 	// NGINXPlus holds the API options of a nginx-plus load balancer.
 	NGINXPlus *NGINXPlusOptions `json:"nginxPlus,omitempty"`
+	// HAProxy holds the options of an haproxy load balancer.
+	HAProxy *HAProxyOptions `json:"haproxy,omitempty"`
+}
+
+// HAProxyOptions are the options of an haproxy load balancer.
+type HAProxyOptions struct {
+	// ReadyMap is the path, as HAProxy's configuration names it, of an
+	// empty map file whose key "filled" the controller sets on each
+	// process once it holds every server, so that a readiness check on it
+	// keeps a restarted or new replica out of rotation until then. Empty:
+	// no marker.
+	ReadyMap string `json:"readyMap,omitempty"`
 }
 
 // NGINXPlusOptions say how to talk to the NGINX Plus API. Credentials come
@@ -177,6 +190,14 @@ func (c *Config) Validate() error {
 			}
 			if o.APIVersion != 0 && (o.APIVersion < 4 || o.APIVersion > 9) {
 				bad(f+".nginxPlus.apiVersion", "%d is not supported; want 4 to 9, or 0 to negotiate", o.APIVersion)
+			}
+		}
+		if o := lb.HAProxy; o != nil {
+			if lb.Type != TypeHAProxy {
+				bad(f+".haproxy", "only for type %s", TypeHAProxy)
+			}
+			if o.ReadyMap != "" && (!strings.HasPrefix(o.ReadyMap, "/") || strings.ContainsAny(o.ReadyMap, " \t;")) {
+				bad(f+".haproxy.readyMap", "%q is not an absolute path without spaces or ';' (the map file as haproxy.cfg names it)", o.ReadyMap)
 			}
 		}
 		if lb.Timeout.Duration <= 0 {

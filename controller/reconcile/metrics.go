@@ -12,6 +12,8 @@ type Metrics struct {
 	changes    *prometheus.CounterVec
 	lbErrors   *prometheus.CounterVec
 	drainDelay *prometheus.HistogramVec
+	probes     *prometheus.CounterVec
+	marks      *prometheus.CounterVec
 }
 
 // NewMetrics registers the controller's metrics with reg.
@@ -34,8 +36,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time from the controller first seeing an endpoint terminating to its drain applied on an instance.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"lb"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stickydrain_controller_instance_probes_total",
+			Help: "Probes of load-balancer instances for a new process, by load balancer and result (ok, new: a restart, reload or new replica, error).",
+		}, []string{"lb", "result"}),
+		marks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stickydrain_controller_instance_filled_total",
+			Help: "Readiness markers set on load-balancer processes once they held every server, by load balancer.",
+		}, []string{"lb"}),
 	}
-	for _, c := range []prometheus.Collector{m.servers, m.changes, m.lbErrors, m.drainDelay} {
+	for _, c := range []prometheus.Collector{m.servers, m.changes, m.lbErrors, m.drainDelay, m.probes, m.marks} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering controller metrics: %w", err)
 		}

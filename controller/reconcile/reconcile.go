@@ -24,17 +24,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/backend/nginxplus"
 	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/liveness"
 	"github.com/stickydrain/stickydrain/controller/plan"
-	"github.com/stickydrain/stickydrain/controller/source"
+	endpoints "github.com/stickydrain/stickydrain/controller/source"
 )
 
 // Service annotations.
@@ -63,7 +66,11 @@ type InstanceFactory func(lb config.LoadBalancer, addr string) (backend.Instance
 func DefaultFactory(lb config.LoadBalancer, addr string) (backend.Instance, error) {
 	switch lb.Type {
 	case config.TypeHAProxy:
-		return haproxy.New(addr, lb.Timeout.Duration)
+		var opts []haproxy.Option
+		if lb.HAProxy != nil && lb.HAProxy.ReadyMap != "" {
+			opts = append(opts, haproxy.WithReadyMap(lb.HAProxy.ReadyMap))
+		}
+		return haproxy.New(addr, lb.Timeout.Duration, opts...)
 	case config.TypeNGINXPlus:
 		return nginxplus.New(addr, lb)
 	}
@@ -82,14 +89,21 @@ type Reconciler struct {
 	// Services only; one Service is never reconciled twice at once). 0
 	// means 1.
 	Concurrency int
+	// ProbeEvery is how often every instance is probed for a new process
+	// (restart, reload, new replica). 0 means 1s.
+	ProbeEvery time.Duration
+
+	liveness *liveness.Tracker
+	watcher  *liveness.Watcher
+	renew    chan event.GenericEvent
 
 	mu          sync.Mutex
 	current     *config.Config
-	instances   map[string]backend.Instance                        // by address
-	terminating map[upstreamRef]map[netip.AddrPort]time.Time       // first seen terminating
-	pods        map[upstreamRef]map[netip.AddrPort]source.Endpoint // its pod, while it is desired
-	announced   map[string]bool                                    // "upstream|addr|reason" events sent
-	known       map[types.NamespacedName][]upstreamRef             // upstreams a Service had, to empty them when it goes
+	instances   map[string]backend.Instance                           // by address
+	terminating map[upstreamRef]map[netip.AddrPort]time.Time          // first seen terminating
+	pods        map[upstreamRef]map[netip.AddrPort]endpoints.Endpoint // its pod, while it is desired
+	announced   map[string]bool                                       // "upstream|addr|reason" events sent
+	known       map[types.NamespacedName][]upstreamRef                // upstreams a Service had, to empty them when it goes
 }
 
 type upstreamRef struct{ LB, Upstream string }
@@ -150,8 +164,19 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.instances = map[string]backend.Instance{}
 	r.terminating = map[upstreamRef]map[netip.AddrPort]time.Time{}
 	r.announced = map[string]bool{}
-	r.pods = map[upstreamRef]map[netip.AddrPort]source.Endpoint{}
+	r.pods = map[upstreamRef]map[netip.AddrPort]endpoints.Endpoint{}
 	r.known = map[types.NamespacedName][]upstreamRef{}
+	r.liveness = liveness.NewTracker()
+	r.renew = make(chan event.GenericEvent, 1024)
+	r.watcher = &liveness.Watcher{
+		Tracker: r.liveness, Source: lifecycle{r}, Every: r.ProbeEvery,
+		Log:    mgr.GetLogger().WithName("liveness"),
+		Probed: func(lb, result string) { r.Metrics.probes.WithLabelValues(lb, result).Inc() },
+		Marks:  func(lb string) { r.Metrics.marks.WithLabelValues(lb).Inc() },
+	}
+	if err := mgr.Add(r.watcher); err != nil {
+		return fmt.Errorf("adding the instance watcher: %w", err)
+	}
 	// Services by the upstreams they map, so that deciding who owns an
 	// upstream reads the few Services mapping it, not every Service.
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Service{}, indexUpstream, func(o client.Object) []string {
@@ -180,6 +205,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return ok || had
 		}))).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.mapSlice)).
+		WatchesRawSource(source.Channel(r.renew, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Concurrency)}).
 		Complete(r)
 }
@@ -240,7 +266,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.mu.Unlock()
 		failed := false
 		for _, u := range old {
-			if !r.converge(ctx, nil, u, nil) {
+			if _, ok := r.converge(ctx, nil, u, nil); !ok {
 				failed = true
 			}
 		}
@@ -255,6 +281,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	ups, err := ParseUpstreams(annotation, cfg)
 	if err != nil {
 		r.Recorder.Eventf(&svc, nil, corev1.EventTypeWarning, ReasonBadMapping, "Map", "%v", err)
+		r.settleRefused(ctx, req.NamespacedName, annotation)
 		return ctrl.Result{}, nil
 	}
 	owned, err := r.owned(ctx, &svc, ups)
@@ -265,11 +292,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.List(ctx, &slices, client.InNamespace(svc.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
 		return ctrl.Result{}, err
 	}
-	desired, err := source.Desired(slices.Items, svc.Annotations[AnnotationPort], source.Options{
+	desired, err := endpoints.Desired(slices.Items, svc.Annotations[AnnotationPort], endpoints.Options{
 		DrainNotReady: cfg.DrainNotReady, KeepDrainingWhenNotServing: cfg.KeepDrainingWhenNotServing,
 	})
 	if err != nil {
 		r.Recorder.Eventf(&svc, nil, corev1.EventTypeWarning, ReasonBadMapping, "Map", "%v", err)
+		r.settleRefused(ctx, req.NamespacedName, annotation)
 		return ctrl.Result{}, nil
 	}
 	r.mu.Lock()
@@ -278,12 +306,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// Each upstream on its own load balancer, at once: a Service mapped
 	// onto two load balancers is not drained on one after the other.
 	converged := make([]bool, len(owned))
+	outcomes := make([][]instanceOutcome, len(owned))
 	var wg sync.WaitGroup
 	for i, u := range owned {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			converged[i] = r.converge(ctx, &svc, u, desired)
+			outcomes[i], converged[i] = r.converge(ctx, &svc, u, desired)
 		}()
 	}
 	wg.Wait()
@@ -291,6 +320,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	for _, ok := range converged {
 		allConverged = allConverged && ok
 	}
+	r.settleOwned(ctx, req.NamespacedName, annotation, owned, outcomes)
 	if !allConverged {
 		log.V(1).Info("not every instance converged; retrying soon")
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
@@ -359,18 +389,19 @@ func (r *Reconciler) instancesOf(ctx context.Context, lb *config.LoadBalancer) (
 		if err := r.Client.List(ctx, &slices, client.InNamespace(s.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: s.Name}); err != nil {
 			return nil, err
 		}
-		eps, err := source.Desired(slices.Items, s.Port, source.Options{})
+		// Every endpoint, ready or not, terminating or not: a new replica is
+		// filled before it may become ready, and one that is shutting down
+		// still serves its open connections.
+		eps, err := endpoints.Desired(slices.Items, s.Port, endpoints.Options{DrainNotReady: true, KeepDrainingWhenNotServing: true})
 		if err != nil {
 			return nil, fmt.Errorf("load balancer %s: instances of Service %s/%s: %w", lb.Name, s.Namespace, s.Name, err)
 		}
 		addrs = nil
-		for a, e := range eps {
-			if e.State == plan.Active {
-				if lb.Type == config.TypeHAProxy {
-					addrs = append(addrs, "tcp://"+a.String())
-				} else {
-					addrs = append(addrs, "http://"+a.String()+"/api")
-				}
+		for a := range eps {
+			if lb.Type == config.TypeHAProxy {
+				addrs = append(addrs, "tcp://"+a.String())
+			} else {
+				addrs = append(addrs, "http://"+a.String()+"/api")
 			}
 		}
 		sort.Strings(addrs)
@@ -392,14 +423,23 @@ func (r *Reconciler) instancesOf(ctx context.Context, lb *config.LoadBalancer) (
 	return out, nil
 }
 
+// instanceOutcome is how one upstream's pass went on one instance: the
+// process identity known before it read the instance, and whether every
+// change landed.
+type instanceOutcome struct {
+	inst     backend.Instance
+	identity string
+	ok       bool
+}
+
 // converge applies one upstream's desired servers on every instance of its
-// load balancer, concurrently and independently. It reports whether every
-// instance converged.
-func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstreamRef, desired map[netip.AddrPort]source.Endpoint) bool {
+// load balancer, concurrently and independently. It reports how each
+// instance went and whether every instance converged.
+func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstreamRef, desired map[netip.AddrPort]endpoints.Endpoint) ([]instanceOutcome, bool) {
 	log := logf.FromContext(ctx).WithValues("upstream", u.String())
 	lb := r.lb(u.LB)
 	if lb == nil {
-		return true
+		return nil, true
 	}
 	want := map[netip.AddrPort]plan.State{}
 	counts := map[plan.State]int{}
@@ -407,7 +447,7 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 	r.mu.Lock()
 	pods, terminating := r.pods[u], r.terminating[u]
 	if pods == nil {
-		pods, terminating = map[netip.AddrPort]source.Endpoint{}, map[netip.AddrPort]time.Time{}
+		pods, terminating = map[netip.AddrPort]endpoints.Endpoint{}, map[netip.AddrPort]time.Time{}
 		r.pods[u], r.terminating[u] = pods, terminating
 	}
 	for a, e := range desired {
@@ -430,12 +470,11 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 	if err != nil {
 		r.Metrics.lbErrors.WithLabelValues(u.LB, "discover").Inc()
 		log.Error(err, "listing instances")
-		return false
+		return nil, false
 	}
 	type outcome struct {
-		inst    backend.Instance
+		instanceOutcome
 		applied map[netip.AddrPort]plan.Change
-		ok      bool
 	}
 	results := make([]outcome, len(insts))
 	var wg sync.WaitGroup
@@ -443,7 +482,7 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = outcome{inst: inst, applied: map[netip.AddrPort]plan.Change{}}
+			results[i] = outcome{instanceOutcome: instanceOutcome{inst: inst, identity: r.liveness.Identity(inst.ID())}, applied: map[netip.AddrPort]plan.Change{}}
 			cur, err := inst.Servers(ctx, u.Upstream)
 			if err != nil {
 				r.Metrics.lbErrors.WithLabelValues(u.LB, "read").Inc()
@@ -504,7 +543,7 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 		// Servers no longer desired are gone from every instance that answered.
 		type goneServer struct {
 			addr netip.AddrPort
-			pod  source.Endpoint
+			pod  endpoints.Endpoint
 		}
 		var gone []goneServer
 		r.mu.Lock()
@@ -528,10 +567,14 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 			r.announce(g.pod, u, g.addr, ReasonRemoved, fmt.Sprintf("server %s removed from %s (%d of %d instances): the pod is gone", g.addr, u, answered, len(results)))
 		}
 	}
-	return allOK
+	out := make([]instanceOutcome, len(results))
+	for i := range results {
+		out[i] = results[i].instanceOutcome
+	}
+	return out, allOK
 }
 
-func (r *Reconciler) announce(e source.Endpoint, u upstreamRef, a netip.AddrPort, reason, msg string) {
+func (r *Reconciler) announce(e endpoints.Endpoint, u upstreamRef, a netip.AddrPort, reason, msg string) {
 	if e.PodName == "" {
 		return
 	}

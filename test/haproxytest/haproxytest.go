@@ -1,5 +1,9 @@
 // Package haproxytest runs real HAProxy processes (Debian's haproxy, which
-// test/deps.sh installs) for tests.
+// test/deps.sh installs) for tests, configured as the sample
+// configuration (manifests/samples/haproxy/haproxy.cfg) is: master-worker
+// with a master CLI, a server-state-file loaded on reload, slots that
+// take their address back from it, and a readiness frontend that answers
+// 200 only once the controller has set its marker.
 package haproxytest
 
 import (
@@ -22,9 +26,15 @@ type HAProxy struct {
 	dir    string
 	cfg    string
 	Socket string // the Runtime API's unix socket
+	Master string // the master CLI's unix socket
 	Port   int    // the frontend port on 127.0.0.1
-	cmd    *exec.Cmd
-	log    bytes.Buffer
+	// ReadyPort serves GET / with 200 once the controller has marked the
+	// process filled (ReadyMap), 503 before.
+	ReadyPort int
+	ReadyMap  string // the marker's map file, as the configuration names it
+	StateFile string // the server-state-file
+	cmd       *exec.Cmd
+	log       bytes.Buffer
 }
 
 // Backend is a backend of server-template slots, as in the example config.
@@ -58,11 +68,20 @@ func Run(dir string, port int, key string, backends ...Backend) (*HAProxy, error
 			return nil, err
 		}
 	}
-	h := &HAProxy{dir: dir, Socket: filepath.Join(dir, "admin.sock"), Port: port}
+	readyPort, err := proc.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	h := &HAProxy{dir: dir, Socket: filepath.Join(dir, "admin.sock"), Master: filepath.Join(dir, "master.sock"), Port: port,
+		ReadyPort: readyPort, ReadyMap: filepath.Join(dir, "ready.map"), StateFile: filepath.Join(dir, "server-state")}
+	if err := os.WriteFile(h.ReadyMap, nil, 0o644); err != nil {
+		return nil, err
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `global
     stats socket %s level admin
     stats timeout 30s
+    server-state-file %s
 defaults
     mode http
     option redispatch
@@ -70,16 +89,21 @@ defaults
     timeout connect 2s
     timeout client 30s
     timeout server 30s
+    load-server-state-from-file global
 frontend www
     bind 127.0.0.1:%d
     default_backend %s
-`, h.Socket, h.Port, backends[0].Name)
+frontend ready
+    bind 127.0.0.1:%d
+    http-request return status 200 content-type text/plain string filled if { str(filled),map(%s) -m found }
+    http-request return status 503 content-type text/plain string "not filled yet"
+`, h.Socket, h.StateFile, h.Port, backends[0].Name, h.ReadyPort, h.ReadyMap)
 	for _, be := range backends {
 		fmt.Fprintf(&b, `backend %s
     balance roundrobin
     cookie SRV insert indirect nocache dynamic
     dynamic-cookie-key %s
-    server-template pod 1-%d 0.0.0.0:0 disabled
+    server-template pod 1-%d unfilled.invalid:1 disabled init-addr last,0.0.0.0
 `, be.Name, key, be.Slots)
 	}
 	h.cfg = filepath.Join(dir, "haproxy.cfg")
@@ -97,10 +121,14 @@ frontend www
 
 func (h *HAProxy) start() error {
 	_ = os.Remove(h.Socket)
+	_ = os.Remove(h.Master)
 	h.log.Reset()
-	h.cmd = exec.Command("haproxy", "-db", "-f", h.cfg)
+	// Master-worker, as the official image and systemd unit run it: a
+	// reload starts a new worker beside the old one.
+	h.cmd = exec.Command("haproxy", "-W", "-db", "-S", h.Master, "-f", h.cfg)
 	h.cmd.Stdout, h.cmd.Stderr = &h.log, &h.log
-	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// Its own process group, so that Stop ends the workers with the master.
+	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	if err := h.cmd.Start(); err != nil {
 		return fmt.Errorf("starting haproxy: %w", err)
 	}
@@ -118,20 +146,51 @@ func (h *HAProxy) start() error {
 	}
 }
 
-// Restart stops the process and starts a new one from the same
-// configuration: every runtime change is lost, as in a real restart.
+// Restart kills the master and its workers (SIGKILL, as a crash or an
+// OOM kill would) and starts a new one from the same configuration, with
+// no saved state: every runtime change is lost, as in a real restart, and
+// the new process is not ready until the controller has filled it.
 func (h *HAProxy) Restart() error {
 	h.Stop()
+	_ = os.Remove(h.StateFile)
 	return h.start()
 }
 
-// Stop ends the process.
+// Kill ends the master and its workers with SIGKILL and leaves them down.
+func (h *HAProxy) Kill() { h.Stop() }
+
+// Start starts a stopped HAProxy again (a fresh process, no saved state).
+func (h *HAProxy) Start() error {
+	_ = os.Remove(h.StateFile)
+	return h.start()
+}
+
+// ReloadWithoutState sends the master SIGUSR2 without saving the server
+// state first: what a plain `systemctl reload` or `kill -USR2` does with a
+// server-state-file that nobody writes.
+func (h *HAProxy) ReloadWithoutState() error {
+	if h.cmd == nil || h.cmd.Process == nil {
+		return fmt.Errorf("haproxy is not running")
+	}
+	return h.cmd.Process.Signal(syscall.SIGUSR2)
+}
+
+// Stop ends the process and its workers.
 func (h *HAProxy) Stop() {
 	if h.cmd != nil && h.cmd.Process != nil && h.cmd.ProcessState == nil {
-		_ = h.cmd.Process.Kill()
+		_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
 		_ = h.cmd.Wait()
 	}
 }
+
+// Log is what the master and its workers printed.
+func (h *HAProxy) Log() string { return h.log.String() }
+
+// ReadyURL is the readiness frontend's URL.
+func (h *HAProxy) ReadyURL() string { return fmt.Sprintf("http://127.0.0.1:%d/", h.ReadyPort) }
+
+// MasterAddress is the master CLI's address.
+func (h *HAProxy) MasterAddress() string { return "unix://" + h.Master }
 
 // URL is the frontend's base URL.
 func (h *HAProxy) URL() string { return fmt.Sprintf("http://127.0.0.1:%d", h.Port) }

@@ -50,6 +50,9 @@ type Instance struct {
 	timeout          time.Duration
 	id               string
 
+	// readyMap is the map file holding the readiness marker; empty: none.
+	readyMap string
+
 	mu sync.Mutex
 	// read holds the slots Servers last read of each backend, for the
 	// Apply of the same pass (which takes them): one Runtime API request
@@ -57,21 +60,38 @@ type Instance struct {
 	read map[string][]slot
 }
 
-var _ backend.Instance = (*Instance)(nil)
+var (
+	_ backend.Instance = (*Instance)(nil)
+	_ backend.Prober   = (*Instance)(nil)
+	_ backend.Marker   = (*Instance)(nil)
+)
+
+// Option sets an instance option.
+type Option func(*Instance)
+
+// WithReadyMap names the map file of the readiness marker (see
+// MarkFilled).
+func WithReadyMap(path string) Option { return func(h *Instance) { h.readyMap = path } }
 
 // New returns the instance at addr: unix:///path or tcp://host:port.
-func New(addr string, timeout time.Duration) (*Instance, error) {
+func New(addr string, timeout time.Duration, opts ...Option) (*Instance, error) {
 	u, err := url.Parse(addr)
 	if err != nil {
 		return nil, fmt.Errorf("haproxy instance %q: %w", addr, err)
 	}
+	h := &Instance{timeout: timeout, id: addr, read: map[string][]slot{}}
 	switch u.Scheme {
 	case "unix":
-		return &Instance{network: "unix", address: u.Path, timeout: timeout, id: addr, read: map[string][]slot{}}, nil
+		h.network, h.address = "unix", u.Path
 	case "tcp":
-		return &Instance{network: "tcp", address: u.Host, timeout: timeout, id: addr, read: map[string][]slot{}}, nil
+		h.network, h.address = "tcp", u.Host
+	default:
+		return nil, fmt.Errorf("haproxy instance %q: want unix:///path or tcp://host:port", addr)
 	}
-	return nil, fmt.Errorf("haproxy instance %q: want unix:///path or tcp://host:port", addr)
+	for _, o := range opts {
+		o(h)
+	}
+	return h, nil
 }
 
 // ID is the instance's address.
@@ -301,6 +321,61 @@ func (h *Instance) Apply(ctx context.Context, upstream string, changes []plan.Ch
 	}
 	return errs
 }
+
+// Identity is the worker's Pid and start time from `show info`: a
+// reload (a new worker), a restart or a new replica reads differently,
+// even in a container where every process has the same Pid.
+func (h *Instance) Identity(ctx context.Context) (string, error) {
+	m, err := h.Info(ctx)
+	if err != nil {
+		return "", err
+	}
+	return identity(m)
+}
+
+func identity(info map[string]string) (string, error) {
+	pid, start := info["Pid"], info["Start_time_sec"]
+	if pid == "" || start == "" {
+		// Both are there on every supported version (2.6 and later).
+		return "", errors.New("haproxy: show info lacks Pid or Start_time_sec")
+	}
+	return "pid " + pid + " started " + start, nil
+}
+
+// MarkFilled sets the key "filled" in the map file ReadyMap names (a map
+// the configuration loads, empty on disk, so that a new process starts
+// without it) on the process named identity. The readiness frontend of
+// the sample configuration answers 200 only while the key is there. The
+// identity is read on the same connection as the map is written, so the
+// marker never lands on another process unnoticed; if it did, it is taken
+// off again.
+func (h *Instance) MarkFilled(ctx context.Context, id string) error {
+	if h.readyMap == "" {
+		return nil
+	}
+	outs, err := h.run(ctx, []string{"show info", "del map " + h.readyMap + " " + markerKey, "add map " + h.readyMap + " " + markerKey + " 1"})
+	if err != nil {
+		return err
+	}
+	if out := strings.TrimSpace(outs[2]); out != "" {
+		return fmt.Errorf("haproxy %s: add map %s: %s", h.id, h.readyMap, out)
+	}
+	info := map[string]string{}
+	for _, line := range strings.Split(outs[0], "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			info[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	got, err := identity(info)
+	if err != nil || got != id {
+		_, _ = h.run(ctx, []string{"del map " + h.readyMap + " " + markerKey})
+		return fmt.Errorf("haproxy %s: the process changed (%s, filled %s) while marking it filled; taken off again", h.id, got, id)
+	}
+	return nil
+}
+
+// markerKey is the key MarkFilled sets in the ready map.
+const markerKey = "filled"
 
 // Info reads `show info` fields (Pid, Uptime_sec, …), for restart
 // detection and diagnostics.

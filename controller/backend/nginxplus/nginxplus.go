@@ -66,6 +66,7 @@ const restartCheckEvery = 5 * time.Second
 
 var (
 	_ backend.Instance   = (*Instance)(nil)
+	_ backend.Prober     = (*Instance)(nil)
 	_ backend.Normalizer = (*Instance)(nil)
 )
 
@@ -215,6 +216,20 @@ func (n *Instance) checkDue() bool {
 	}
 	n.checked = time.Now()
 	return true
+}
+
+// Identity is /nginx's generation and load time: both change on a reload,
+// the load time on a restart.
+func (n *Instance) Identity(ctx context.Context) (string, error) {
+	c, err := n.client(ctx)
+	if err != nil {
+		return "", err
+	}
+	info, err := c.GetNginxInfo(ctx)
+	if err != nil {
+		return "", fmt.Errorf("nginx-plus %s: reading /nginx: %w", n.id, err)
+	}
+	return fmt.Sprintf("generation %d loaded %s", info.Generation, info.LoadTimestamp), nil
 }
 
 // Servers reads the upstream's servers (an http upstream, else a stream

@@ -1,0 +1,101 @@
+package haproxy
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// SaveState writes what `show servers state` answers — every backend's
+// servers with their address, port and admin state (drain, maintenance) —
+// to path, as HAProxy's server-state-file wants it. It writes a
+// temporary file beside path and renames it, so a reload never reads half
+// a file. With
+//
+//	global
+//	    server-state-file /var/lib/haproxy/server-state
+//	defaults
+//	    load-server-state-from-file global
+//	backend shop
+//	    server-template pod 1-64 unfilled.invalid:1 disabled init-addr last,0.0.0.0
+//
+// the next process starts with every slot as the running one had it.
+// Each part of the server-template line matters, as tried on 2.6:
+// `init-addr last` is what restores the address, and HAProxy applies it
+// only to servers configured with a host name (hence unfilled.invalid, never
+// resolved: no libc in the list); `0.0.0.0` after it gives a fresh slot an
+// address family, without which `set server … addr` is refused; and the
+// port must not be 0, or HAProxy reads the restored port as an offset to
+// the client's port and the server takes no request.
+func (h *Instance) SaveState(ctx context.Context, path string) error {
+	outs, err := h.run(ctx, []string{"show servers state"})
+	if err != nil {
+		return fmt.Errorf("saving server state: %w", err)
+	}
+	state := strings.TrimSpace(outs[0]) + "\n"
+	if !strings.HasPrefix(state, "1\n") {
+		return fmt.Errorf("saving server state: haproxy %s answered %q, not a version 1 state", h.id, firstLine(state))
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("saving server state: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.WriteString(state); err != nil {
+		tmp.Close()
+		return fmt.Errorf("saving server state: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("saving server state: %w", err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return fmt.Errorf("saving server state: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("saving server state: %w", err)
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return l
+}
+
+// Reload saves the server state to stateFile (SaveState) and asks the
+// master process to reload through its CLI at master (unix:///path or
+// tcp://host:port, haproxy -W -S), then waits until a new worker answers
+// on the Runtime API. The old worker finishes its open connections; the
+// new one starts from the configuration and stateFile, so every slot keeps
+// its address and drain. A configuration that does not load leaves the
+// old worker running and is reported.
+func (h *Instance) Reload(ctx context.Context, master, stateFile string) error {
+	before, err := h.Identity(ctx)
+	if err != nil {
+		return fmt.Errorf("reload: reading the running worker: %w", err)
+	}
+	if err := h.SaveState(ctx, stateFile); err != nil {
+		return fmt.Errorf("reload: %w", err)
+	}
+	m, err := New(master, h.timeout)
+	if err != nil {
+		return fmt.Errorf("reload: master CLI: %w", err)
+	}
+	// The master answers a reload by re-executing itself, which closes the
+	// connection: no answer is expected.
+	_, _ = m.run(ctx, []string{"reload"})
+	for {
+		now, err := h.Identity(ctx)
+		if err == nil && now != before {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("reload: no new worker answered on %s (still %s); check the master's log for a configuration error: %w", h.id, before, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

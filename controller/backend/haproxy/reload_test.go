@@ -1,0 +1,220 @@
+package haproxy
+
+import (
+	"context"
+	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/stickydrain/stickydrain/controller/plan"
+	"github.com/stickydrain/stickydrain/test/haproxytest"
+)
+
+// cookieFor finds the SRV cookie HAProxy gives new clients of pod name.
+func cookieFor(t *testing.T, h *haproxytest.HAProxy, name string) string {
+	t.Helper()
+	for n := 0; n < 20; n++ {
+		if who, c := get(t, h, ""); who == name {
+			return c
+		}
+	}
+	t.Fatalf("never routed to pod %s", name)
+	return ""
+}
+
+// TestReloadKeepsSlotsDrainsAndStickyTraffic reloads a master-worker
+// HAProxy twice with the shipped procedure (Reload: save the state, then
+// the master CLI's reload) while clients hold cookies on a draining server
+// and send requests all along: every slot keeps its address and state, no
+// request fails and every sticky request reaches its pod. A reload without
+// the saved state, the same HAProxy otherwise, empties the backend: what
+// the procedure prevents.
+func TestReloadKeepsSlotsDrainsAndStickyTraffic(t *testing.T) {
+	h := haproxytest.Start(t, "k1", haproxytest.Backend{Name: "shop", Slots: 4})
+	i := instance(t, h)
+	a, b := pod(t, "a"), pod(t, "b")
+	apply(t, i, map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active})
+	cookieA := cookieFor(t, h, "a")
+	want := map[netip.AddrPort]plan.State{a: plan.Draining, b: plan.Active}
+	apply(t, i, want)
+
+	var sent, failed atomic.Int64
+	var mu sync.Mutex
+	var problems []string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := 0; c < 4; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+				// A new connection each time: each reaches whichever
+				// worker holds the listener then.
+				req, _ := http.NewRequest("GET", h.URL()+"/", nil)
+				req.Header.Set("Cookie", "SRV="+cookieA)
+				req.Close = true
+				resp, err := http.DefaultClient.Do(req)
+				sent.Add(1)
+				if err != nil {
+					failed.Add(1)
+					mu.Lock()
+					problems = append(problems, err.Error())
+					mu.Unlock()
+					continue
+				}
+				body := make([]byte, 8)
+				n, _ := resp.Body.Read(body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || string(body[:n]) != "a" {
+					failed.Add(1)
+					mu.Lock()
+					problems = append(problems, resp.Status+" "+string(body[:n]))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for n := 0; n < 2; n++ {
+		time.Sleep(300 * time.Millisecond)
+		before, err := i.Identity(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := i.Reload(ctx, h.MasterAddress(), h.StateFile); err != nil {
+			t.Fatalf("reload %d: %v\n%s", n+1, err, h.Log())
+		}
+		after, err := i.Identity(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after == before {
+			t.Fatalf("reload %d: still the worker %s", n+1, before)
+		}
+		got, err := i.Servers(ctx, "shop")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.AddrPort{})); diff != "" {
+			t.Fatalf("servers after reload %d (-want +got):\n%s", n+1, diff)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	t.Logf("%d sticky requests across two reloads, %d failed", sent.Load(), failed.Load())
+	if failed.Load() != 0 || sent.Load() < 50 {
+		t.Errorf("%d of %d sticky requests failed or went astray: %v", failed.Load(), sent.Load(), problems[:min(len(problems), 5)])
+	}
+	for n := 0; n < 5; n++ {
+		if who, _ := get(t, h, ""); who != "b" {
+			t.Fatalf("after the reloads a new client went to %q, want b (a drains)", who)
+		}
+	}
+
+	// The same reload without the saved state: the new worker starts from
+	// the state file of the last save, which no longer matches; with no
+	// file at all it starts empty.
+	apply(t, i, map[netip.AddrPort]plan.State{b: plan.Active})
+	if err := h.ReloadWithoutState(); err != nil {
+		t.Fatal(err)
+	}
+	waitNewWorker(t, i, ctx)
+	got, err := i.Servers(ctx, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.AddrPort{})); diff != "" {
+		t.Logf("a reload without saving restores the stale state file, not the running servers (-stale +got):\n%s", diff)
+	} else {
+		t.Logf("a reload without saving brought back the stale state %v, not {b: active}: the save is what keeps the running servers", got)
+	}
+	if _, ok := got[a]; !ok || len(got) != 2 {
+		t.Errorf("a reload without saving should have restored the stale saved state (a and b), got %v", got)
+	}
+}
+
+func waitNewWorker(t *testing.T, i *Instance, ctx context.Context) {
+	t.Helper()
+	before, _ := i.Identity(ctx)
+	for {
+		now, err := i.Identity(ctx)
+		if err == nil && now != before {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("no new worker after the reload")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// TestMarkFilledGatesReadiness: the readiness frontend answers 503 until
+// the marker is set on the process the controller filled, refuses a
+// marker meant for another process, and a new process starts unmarked.
+func TestMarkFilledGatesReadiness(t *testing.T) {
+	h := haproxytest.Start(t, "k1", haproxytest.Backend{Name: "shop", Slots: 4})
+	ctx := context.Background()
+	i, err := New(h.Address(), 2*time.Second, WithReadyMap(h.ReadyMap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := func() int {
+		resp, err := http.Get(h.ReadyURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := ready(); got != http.StatusServiceUnavailable {
+		t.Fatalf("a fresh process answers readiness %d, want 503", got)
+	}
+	id, err := i.Identity(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := i.MarkFilled(ctx, "pid 1 started 1"); err == nil {
+		t.Fatal("a marker meant for another process was set")
+	}
+	if got := ready(); got != http.StatusServiceUnavailable {
+		t.Fatalf("after a refused marker readiness is %d, want 503", got)
+	}
+	for n := 0; n < 2; n++ { // twice: setting it again is harmless
+		if err := i.MarkFilled(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := ready(); got != http.StatusOK {
+		t.Fatalf("after the marker readiness is %d, want 200", got)
+	}
+	if err := i.Reload(ctx, h.MasterAddress(), h.StateFile); err != nil {
+		t.Fatal(err)
+	}
+	if got := ready(); got != http.StatusServiceUnavailable {
+		t.Fatalf("a reloaded process answers readiness %d before it is marked, want 503", got)
+	}
+	if err := h.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if got := ready(); got != http.StatusServiceUnavailable {
+		t.Fatalf("a restarted process answers readiness %d, want 503", got)
+	}
+	again, err := i.Identity(ctx)
+	if err != nil || again == id {
+		t.Fatalf("identity after a restart %q (%v), before %q: want a new one", again, err, id)
+	}
+}

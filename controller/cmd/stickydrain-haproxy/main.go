@@ -1,0 +1,141 @@
+// Command stickydrain-haproxy reloads HAProxy without losing what the
+// stickydrain controller set through the Runtime API: it saves the server
+// state (every slot's address, port and drain) into the server-state-file,
+// then asks the master to reload.
+//
+//	stickydrain-haproxy save-state --runtime unix:///run/haproxy/admin.sock --state-file /var/lib/haproxy/server-state
+//	stickydrain-haproxy reload --runtime … --master unix:///run/haproxy/master.sock --state-file …
+//	stickydrain-haproxy reload … --watch /usr/local/etc/haproxy   (a sidecar: reload whenever the files change)
+//
+// Exit status: 0 done, 1 failed, 2 bad usage.
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || (args[0] != "save-state" && args[0] != "reload") {
+		fmt.Fprintln(stderr, "usage: stickydrain-haproxy save-state|reload --runtime ADDR --state-file PATH [--master ADDR] [--watch DIR]")
+		return 2
+	}
+	cmd := args[0]
+	fs := flag.NewFlagSet("stickydrain-haproxy "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	runtimeAddr := fs.String("runtime", "unix:///run/haproxy/admin.sock", "the Runtime API (stats socket, level admin): unix:///path or tcp://host:port")
+	stateFile := fs.String("state-file", "/var/lib/haproxy/server-state", "the server-state-file of haproxy.cfg")
+	timeout := fs.Duration("timeout", 10*time.Second, "how long one save or reload may take")
+	master, watch := new(string), new(string)
+	every := new(time.Duration)
+	if cmd == "reload" {
+		fs.StringVar(master, "master", "unix:///run/haproxy/master.sock", "the master CLI (haproxy -W -S): unix:///path or tcp://host:port")
+		fs.StringVar(watch, "watch", "", "keep running and reload whenever a file in this directory changes (a ConfigMap mount)")
+		fs.DurationVar(every, "every", 2*time.Second, "with --watch, how often the directory is read")
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "stickydrain-haproxy %s: unexpected argument %q\n", cmd, fs.Arg(0))
+		return 2
+	}
+	h, err := haproxy.New(*runtimeAddr, *timeout)
+	if err != nil {
+		fmt.Fprintf(stderr, "stickydrain-haproxy %s: --runtime: %v\n", cmd, err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	once := func() error {
+		c, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		if cmd == "save-state" {
+			return h.SaveState(c, *stateFile)
+		}
+		return h.Reload(c, *master, *stateFile)
+	}
+	if *watch == "" {
+		if err := once(); err != nil {
+			fmt.Fprintf(stderr, "stickydrain-haproxy %s: %v\n", cmd, err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "stickydrain-haproxy %s: done\n", cmd)
+		return 0
+	}
+	last, err := digest(*watch)
+	if err != nil {
+		fmt.Fprintf(stderr, "stickydrain-haproxy reload: --watch: %v\n", err)
+		return 2
+	}
+	fmt.Fprintf(stdout, "stickydrain-haproxy reload: watching %s every %s\n", *watch, *every)
+	for {
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-time.After(*every):
+		}
+		d, err := digest(*watch)
+		if err != nil || d == last {
+			continue
+		}
+		if err := once(); err != nil {
+			// Tried again at the next change or tick: the digest is kept.
+			fmt.Fprintf(stderr, "stickydrain-haproxy reload: %v\n", err)
+			continue
+		}
+		last = d
+		fmt.Fprintf(stdout, "stickydrain-haproxy reload: %s changed; reloaded with the server state kept\n", *watch)
+	}
+}
+
+// digest hashes the regular files under dir (following the symbolic
+// links a ConfigMap mount swaps), by name and content.
+func digest(dir string) (string, error) {
+	var names []string
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && p != dir && filepath.Base(p)[0] == '.' {
+			return filepath.SkipDir // ..2024_… timestamped copies: read through the links
+		}
+		if !d.IsDir() {
+			names = append(names, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, n := range names {
+		b, err := os.ReadFile(n)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s %d\n", n, len(b))
+		h.Write(b)
+	}
+	return fmt.Sprintf("%x", h.Sum(nil)), nil
+}

@@ -1,0 +1,146 @@
+package liveness
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/stickydrain/stickydrain/controller/backend"
+)
+
+// Source is what the Watcher needs of the controller.
+type Source interface {
+	// Instances lists every instance, by load-balancer name, including
+	// those of a Service-discovered load balancer that are not ready yet
+	// (a fresh replica must be filled before it may become ready).
+	Instances(ctx context.Context) (map[string][]backend.Instance, error)
+	// Required lists the keys of the Services mapped onto load balancer
+	// lb: each must settle on a process before it is filled.
+	Required(ctx context.Context, lb string) ([]string, error)
+	// Renew is told that instance inst of lb is a process not seen
+	// before (restarted is false on a first sight): every Service mapped
+	// onto lb is to be brought in step on it now.
+	Renew(lb string, inst backend.Instance, restarted bool)
+}
+
+// Watcher probes every instance each Every and feeds Tracker; it sets the
+// readiness marker of each filled instance. It runs only on the leader
+// (it changes load balancers).
+type Watcher struct {
+	Tracker *Tracker
+	Source  Source
+	// Every is the probe interval; 0 means 1s.
+	Every time.Duration
+	Log   logr.Logger
+	// Probed, when set, counts each probe by load balancer and result
+	// ("ok", "new", "error"), and Marks each marker set.
+	Probed func(lb, result string)
+	Marks  func(lb string)
+}
+
+// Start probes until ctx ends.
+func (w *Watcher) Start(ctx context.Context) error {
+	every := w.Every
+	if every <= 0 {
+		every = time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		w.Probe(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Probe reads every instance's identity once, concurrently, renews the
+// new ones and marks the filled ones.
+func (w *Watcher) Probe(ctx context.Context) {
+	all, err := w.Source.Instances(ctx)
+	if err != nil {
+		w.Log.Error(err, "listing load-balancer instances")
+		return
+	}
+	keep := map[string]bool{}
+	var wg sync.WaitGroup
+	for lb, insts := range all {
+		for _, inst := range insts {
+			keep[inst.ID()] = true
+			p, ok := inst.(backend.Prober)
+			if !ok {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				defer cancel()
+				id, err := p.Identity(pctx)
+				if err != nil {
+					w.count(lb, "error")
+					w.Log.V(1).Info("probing instance", "lb", lb, "instance", inst.ID(), "error", err.Error())
+					return
+				}
+				before := w.Tracker.Identity(inst.ID())
+				if w.Tracker.Observe(inst.ID(), id) {
+					w.count(lb, "new")
+					restarted := before != ""
+					if restarted {
+						w.Log.Info("load-balancer instance is a new process (restart, reload or crash); bringing every upstream in step on it now",
+							"lb", lb, "instance", inst.ID(), "was", before, "now", id)
+					} else {
+						w.Log.Info("load-balancer instance found; filling it", "lb", lb, "instance", inst.ID(), "process", id)
+					}
+					w.Source.Renew(lb, inst, restarted)
+					return
+				}
+				w.count(lb, "ok")
+			}()
+		}
+	}
+	wg.Wait()
+	w.Tracker.Forget(keep)
+	for lb, insts := range all {
+		w.Mark(ctx, lb, insts)
+	}
+}
+
+// Mark sets the readiness marker on every instance of lb that is filled
+// and not marked yet.
+func (w *Watcher) Mark(ctx context.Context, lb string, insts []backend.Instance) {
+	required, err := w.Source.Required(ctx, lb)
+	if err != nil {
+		w.Log.Error(err, "listing the Services mapped onto a load balancer", "lb", lb)
+		return
+	}
+	for _, inst := range insts {
+		m, ok := inst.(backend.Marker)
+		if !ok {
+			continue
+		}
+		id, due := w.Tracker.MarkDue(inst.ID(), required)
+		if !due {
+			continue
+		}
+		if err := m.MarkFilled(ctx, id); err != nil {
+			w.Log.Error(err, "setting the readiness marker", "lb", lb, "instance", inst.ID())
+			continue
+		}
+		w.Tracker.Marked(inst.ID(), id)
+		if w.Marks != nil {
+			w.Marks(lb)
+		}
+		w.Log.Info("load-balancer instance filled: readiness marker set", "lb", lb, "instance", inst.ID(), "process", id, "services", len(required))
+	}
+}
+
+func (w *Watcher) count(lb, result string) {
+	if w.Probed != nil {
+		w.Probed(lb, result)
+	}
+}

@@ -1,0 +1,159 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/stickydrain/stickydrain/controller/backend"
+)
+
+// lifecycle is the Reconciler as the liveness Watcher sees it.
+type lifecycle struct{ r *Reconciler }
+
+// Instances lists every instance of every load balancer.
+func (l lifecycle) Instances(ctx context.Context) (map[string][]backend.Instance, error) {
+	cfg := l.r.cfg()
+	out := make(map[string][]backend.Instance, len(cfg.LoadBalancers))
+	for i := range cfg.LoadBalancers {
+		insts, err := l.r.instancesOf(ctx, &cfg.LoadBalancers[i])
+		if err != nil {
+			return nil, err
+		}
+		out[cfg.LoadBalancers[i].Name] = insts
+	}
+	return out, nil
+}
+
+// Required lists the Services mapped onto lb, from the cache.
+func (l lifecycle) Required(ctx context.Context, lb string) ([]string, error) {
+	svcs, err := l.r.servicesOf(ctx, lb)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(svcs))
+	for i, s := range svcs {
+		out[i] = s.String()
+	}
+	return out, nil
+}
+
+// Renew queues every Service mapped onto lb.
+func (l lifecycle) Renew(lb string, _ backend.Instance, _ bool) {
+	svcs, err := l.r.servicesOf(context.Background(), lb)
+	if err != nil {
+		return
+	}
+	for _, s := range svcs {
+		l.r.renew <- event.GenericEvent{Object: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}}}
+	}
+}
+
+// servicesOf lists the Services whose annotation names load balancer lb
+// and that are not being deleted.
+func (r *Reconciler) servicesOf(ctx context.Context, lb string) ([]types.NamespacedName, error) {
+	var list corev1.ServiceList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{indexLB: lb}); err != nil {
+		return nil, fmt.Errorf("listing the Services mapped onto load balancer %s: %w", lb, err)
+	}
+	var out []types.NamespacedName
+	for i := range list.Items {
+		if list.Items[i].DeletionTimestamp == nil {
+			out = append(out, client.ObjectKeyFromObject(&list.Items[i]))
+		}
+	}
+	return out, nil
+}
+
+// settle records that svc is settled on every instance of lb that
+// answered (ok): its upstreams there converged, or its mapping was refused
+// and it asks nothing of lb. It then sets the marker of each instance that
+// is filled now, at once rather than at the next probe.
+func (r *Reconciler) settle(ctx context.Context, svc types.NamespacedName, lb string, insts []backend.Instance, identities []string, ok []bool) {
+	for i, inst := range insts {
+		if ok[i] {
+			r.liveness.Settle(inst.ID(), identities[i], svc.String())
+		}
+	}
+	r.watcher.Mark(ctx, lb, insts)
+}
+
+// settleRefused settles svc on every instance of each load balancer its
+// annotation names: a refused mapping must not keep a shared load
+// balancer's fresh replicas out of rotation.
+func (r *Reconciler) settleRefused(ctx context.Context, svc types.NamespacedName, annotation string) {
+	lbs := map[string]bool{}
+	for _, k := range upstreamKeys(annotation) {
+		if lb, _, ok := strings.Cut(k, "/"); ok {
+			lbs[lb] = true
+		}
+	}
+	for name := range lbs {
+		lb := r.lb(name)
+		if lb == nil {
+			continue
+		}
+		insts, err := r.instancesOf(ctx, lb)
+		if err != nil {
+			continue
+		}
+		ids := make([]string, len(insts))
+		ok := make([]bool, len(insts))
+		for i, inst := range insts {
+			ids[i], ok[i] = r.liveness.Identity(inst.ID()), true
+		}
+		r.settle(ctx, svc, name, insts, ids, ok)
+	}
+}
+
+// settleOwned settles svc, after a pass, on each instance where every one
+// of its upstreams on that load balancer converged, and on every instance
+// of a load balancer it names but owns nothing of (a conflict: it asks
+// nothing of that load balancer).
+func (r *Reconciler) settleOwned(ctx context.Context, svc types.NamespacedName, annotation string, owned []upstreamRef, outcomes [][]instanceOutcome) {
+	type agg struct {
+		inst     backend.Instance
+		identity string
+		ok       bool
+	}
+	byLB := map[string]map[string]*agg{}
+	for i, u := range owned {
+		m := byLB[u.LB]
+		if m == nil {
+			m = map[string]*agg{}
+			byLB[u.LB] = m
+		}
+		for _, o := range outcomes[i] {
+			a := m[o.inst.ID()]
+			if a == nil {
+				m[o.inst.ID()] = &agg{o.inst, o.identity, o.ok}
+				continue
+			}
+			a.ok = a.ok && o.ok && a.identity == o.identity
+		}
+	}
+	for lb, m := range byLB {
+		var insts []backend.Instance
+		var ids []string
+		var ok []bool
+		for _, a := range m {
+			insts, ids, ok = append(insts, a.inst), append(ids, a.identity), append(ok, a.ok)
+		}
+		r.settle(ctx, svc, lb, insts, ids, ok)
+	}
+	var refused []string
+	for _, k := range upstreamKeys(annotation) {
+		if lb, _, found := strings.Cut(k, "/"); found && byLB[lb] == nil {
+			refused = append(refused, k)
+		}
+	}
+	if len(refused) > 0 {
+		r.settleRefused(ctx, svc, strings.Join(refused, ","))
+	}
+}

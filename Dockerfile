@@ -22,11 +22,12 @@ ARG VERSION=dev
 RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     go build -tags nethttpomithttp2 -ldflags "-s -w -X github.com/stickydrain/stickydrain/drainctl/cli.Version=${VERSION}" -o /out/drainctl ./drainctl && \
     go build -ldflags "-s -w" -o /out/webhook ./webhook && \
-    go build -ldflags "-s -w" -o /out/controller ./controller
+    go build -ldflags "-s -w" -o /out/controller ./controller && \
+    go build -ldflags "-s -w" -o /out/stickydrain-haproxy ./controller/cmd/stickydrain-haproxy
 
 # The webhook and the controller: static binaries on distroless, non-root.
 FROM ${RUNTIME_IMAGE} AS stickydrain
-COPY --from=build /out/webhook /out/controller /
+COPY --from=build /out/webhook /out/controller /out/stickydrain-haproxy /
 USER 65532:65532
 ENTRYPOINT ["/controller"]
 

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -30,6 +31,7 @@ import (
 	"github.com/stickydrain/stickydrain/test/nginxplus"
 	"github.com/stickydrain/stickydrain/test/podhost"
 	"github.com/stickydrain/stickydrain/test/proc"
+	"github.com/stickydrain/stickydrain/test/tcpfront"
 	"github.com/stickydrain/stickydrain/test/testbin"
 )
 
@@ -42,6 +44,10 @@ type Env struct {
 	Cluster *cluster.Cluster
 	Host    *podhost.Host
 	HAProxy []*haproxytest.HAProxy
+	// Front stands before the HAProxy instances as a cloud load balancer
+	// or a Service would: users connect to it, and it sends each new
+	// connection to an instance whose readiness check passes.
+	Front *tcpfront.Front
 	// NGINXPlus are NGINX Plus API emulators (not NGINX Plus), when
 	// Options.NGINXPlus asks for them: the Service is then mapped onto both
 	// load balancers, the users' traffic goes through HAProxy and the tests
@@ -51,6 +57,9 @@ type Env struct {
 
 	log      func(string, ...any)
 	plusURLs []string
+	built    map[string]string
+	faultsMu sync.Mutex
+	kills    []time.Time // when a process in users' paths was killed
 	bins     *testbin.Builder
 	procs    []*proc.Proc
 	cleanup  []func()
@@ -89,7 +98,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	}()
 	env.cleanup = append(env.cleanup, func() { _ = env.bins.Close() })
 	built := map[string]string{}
-	for _, pkg := range []string{"drainctl", "webhook", "controller", "test/sessionapp/cmd/sessionapp"} {
+	for _, pkg := range []string{"drainctl", "webhook", "controller", "test/sessionapp/cmd/sessionapp", "controller/cmd/stickydrain-haproxy"} {
 		logf("building %s …", pkg)
 		p, err := env.bins.Build("github.com/stickydrain/stickydrain/" + pkg)
 		if err != nil {
@@ -97,6 +106,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 		}
 		built[pkg] = p
 	}
+	env.built = built
 	logf("starting the control plane (etcd, kube-apiserver, kube-controller-manager; the first run builds them, ~17 min) …")
 	env.Cluster, err = cluster.Start(ctx, cluster.Options{Log: logf, OwnSignals: opts.OwnSignals})
 	if err != nil {
@@ -114,12 +124,17 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return env, err
 		}
-		h, err := haproxytest.Run(d, 0, "e2e-shared-key", haproxytest.Backend{Name: "shop", Slots: 16})
+		h, err := haproxytest.RunWith(haproxytest.Options{Dir: d, Key: "e2e-shared-key", ReadyMap: env.readyMap()}, haproxytest.Backend{Name: "shop", Slots: 16})
 		if err != nil {
 			return env, err
 		}
 		env.HAProxy = append(env.HAProxy, h)
 	}
+	env.Front, err = tcpfront.Start(env.frontTargets(), 100*time.Millisecond)
+	if err != nil {
+		return env, err
+	}
+	env.cleanup = append(env.cleanup, env.Front.Close)
 	if opts.NGINXPlus {
 		logf("starting two NGINX Plus API emulators (not NGINX Plus) …")
 		for i := 0; i < 2; i++ {
@@ -334,7 +349,7 @@ func (e *Env) startController(ctx context.Context, bin string) error {
 	for _, h := range e.HAProxy {
 		addrs = append(addrs, fmt.Sprintf("%q", h.Address()))
 	}
-	yml := fmt.Sprintf("loadBalancers:\n  - name: edge\n    type: haproxy\n    instances:\n      static: [%s]\n", strings.Join(addrs, ", "))
+	yml := fmt.Sprintf("loadBalancers:\n  - name: edge\n    type: haproxy\n    haproxy: {readyMap: %q}\n    instances:\n      static: [%s]\n", e.readyMap(), strings.Join(addrs, ", "))
 	if len(e.plusURLs) > 0 {
 		var q []string
 		for _, u := range e.plusURLs {

@@ -170,11 +170,17 @@ type Stats struct {
 	// Relogins counts logouts on a draining pod followed by a login; each
 	// must land on another pod (ReloginsOnDraining counts those that did not).
 	Relogins, ReloginsOnDraining int
+	// InFlightAtKill counts requests that failed while a process in their
+	// path was killed (SIGKILL) during them: counted apart from Errors, and
+	// their session is not counted lost for it.
+	InFlightAtKill int
 }
 
-// Clients are simulated users: each logs in through one of the HAProxy
-// instances, makes requests through either (the dynamic cookie is the same
-// on both), then logs out or lets the session idle out, and starts again.
+// Clients are simulated users: each logs in through the front (the
+// health-checking balancer before the HAProxy instances), each request on
+// a new connection so that it may reach any ready instance (the dynamic
+// cookie is the same on every one), then logs out or lets the session idle
+// out, and starts again.
 type Clients struct {
 	env      *Env
 	mu       sync.Mutex
@@ -262,7 +268,7 @@ func (c *Clients) problem(format string, args ...any) {
 func (c *Clients) user(ctx context.Context, id int) {
 	defer c.wg.Done()
 	rng := rand.New(rand.NewPCG(uint64(id), 7))
-	lbs := c.env.HAProxy
+	base := c.env.Front.URL()
 	lastLogoutDraining := false
 	for n := 0; ; n++ {
 		select {
@@ -273,10 +279,13 @@ func (c *Clients) user(ctx context.Context, id int) {
 		default:
 		}
 		jar, _ := cookiejar.New(nil)
-		hc := &http.Client{Jar: jar, Timeout: 5 * time.Second}
-		base := lbs[(id+n)%len(lbs)].URL()
+		hc := &http.Client{Jar: jar, Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 		started := time.Now()
 		code, r, err := call(hc, "POST", base+fmt.Sprintf("/login?user=u%d-%d", id, n))
+		if err != nil && c.env.killedDuring(started, time.Now()) {
+			c.note(func(s *Stats) { s.Requests++; s.InFlightAtKill++ })
+			continue
+		}
 		if err != nil || code != 200 {
 			c.note(func(s *Stats) { s.Requests++; s.Errors++ })
 			c.problem("user %d: login via %s: %v status %d", id, base, err, code)
@@ -313,13 +322,15 @@ func (c *Clients) user(ctx context.Context, id int) {
 				return
 			case <-time.After(time.Duration(200+rng.IntN(300)) * time.Millisecond):
 			}
-			base := lbs[rng.IntN(len(lbs))].URL()
+			sent := time.Now()
 			code, r, err := call(hc, "GET", base+"/app/cart")
 			if err == nil && code == 200 && r.Pod == owner {
 				lastReply = time.Now()
 			}
 			c.note(func(s *Stats) { s.Requests++ })
 			switch {
+			case err != nil && c.env.killedDuring(sent, time.Now()):
+				c.note(func(s *Stats) { s.InFlightAtKill++ })
 			case err != nil || (code != 200 && code != 401):
 				kept = false
 				c.note(func(s *Stats) { s.Errors++ })
@@ -336,12 +347,17 @@ func (c *Clients) user(ctx context.Context, id int) {
 			loggedOut := time.Now()
 			code, r, err := call(hc, "POST", base+"/logout")
 			c.note(func(s *Stats) { s.Requests++ })
-			if err != nil || code != 200 || r.Pod != owner {
+			inFlight := err != nil && c.env.killedDuring(loggedOut, time.Now())
+			switch {
+			case inFlight:
+				// The logout never reached the pod: the session idles out.
+				c.note(func(s *Stats) { s.InFlightAtKill++ })
+			case err != nil || code != 200 || r.Pod != owner:
 				kept = false
 				c.note(func(s *Stats) { s.Misrouted++ })
 				c.problem("user %d: logout of %s answered by %s (status %d, %v)", id, owner, r.Pod, code, err)
 			}
-			lastLogoutDraining = c.obs.DrainedBefore(owner, loggedOut)
+			lastLogoutDraining = !inFlight && c.obs.DrainedBefore(owner, loggedOut)
 			if err == nil && code == 200 && r.Pod == owner {
 				c.ended(owner, time.Now())
 			} else {
@@ -421,13 +437,25 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 	// the read was there during it (pods do not come back), so a server
 	// missing from that read while its pod is listed was dropped early — not
 	// a pod deleted, and its server removed, between the two reads.
-	states := make([]map[netip.AddrPort]plan.State, len(e.HAProxy))
-	for i, h := range e.HAProxy {
+	//
+	// Only instances that take traffic count: one that is restarting, or
+	// not filled yet, answers its readiness check 503 and gets no user (a
+	// sample during which an instance was killed is left out).
+	began := time.Now()
+	var states []map[netip.AddrPort]plan.State
+	for _, h := range e.HAProxy {
+		if !ready(h.ReadyURL()) {
+			continue
+		}
 		inst, _ := haproxy.New(h.Address(), time.Second)
-		var err error
-		if states[i], err = inst.Servers(ctx, "shop"); err != nil {
+		st, err := inst.Servers(ctx, "shop")
+		if err != nil {
 			return
 		}
+		states = append(states, st)
+	}
+	if len(states) == 0 {
+		return
 	}
 	plus := make([][]nginxplus.Server, len(e.NGINXPlus))
 	for i, em := range e.NGINXPlus {
@@ -438,6 +466,9 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 		return
 	}
 	now := time.Now()
+	if e.killedDuring(began, now) {
+		return
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	present := map[string]bool{}
@@ -524,6 +555,17 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 			}
 		}
 	}
+}
+
+// ready reports whether an instance's readiness check passes.
+func ready(url string) bool {
+	hc := http.Client{Timeout: time.Second}
+	resp, err := hc.Get(url)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 func plusServer(em *nginxplus.Emulator, addr string) (nginxplus.Server, bool) {

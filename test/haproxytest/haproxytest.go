@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,7 +35,31 @@ type HAProxy struct {
 	ReadyMap  string // the marker's map file, as the configuration names it
 	StateFile string // the server-state-file
 	cmd       *exec.Cmd
-	log       bytes.Buffer
+	log       syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer the process writes while tests read it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *syncBuffer) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.Reset()
 }
 
 // Backend is a backend of server-template slots, as in the example config.
@@ -59,6 +84,23 @@ func Start(t testing.TB, key string, backends ...Backend) *HAProxy {
 // Run is Start outside tests: the configuration, socket and log live in
 // dir; port 0 picks a free frontend port. Stop ends it.
 func Run(dir string, port int, key string, backends ...Backend) (*HAProxy, error) {
+	return RunWith(Options{Dir: dir, Port: port, Key: key}, backends...)
+}
+
+// Options configure RunWith.
+type Options struct {
+	Dir  string // configuration, sockets, state file and log
+	Port int    // the frontend port; 0 picks a free one
+	Key  string // the dynamic-cookie key
+	// ReadyMap is the readiness marker's map file; several instances may
+	// share one (the controller's configuration names one path per load
+	// balancer). Default: ready.map in Dir.
+	ReadyMap string
+}
+
+// RunWith is Run with every option.
+func RunWith(o Options, backends ...Backend) (*HAProxy, error) {
+	dir, port, key := o.Dir, o.Port, o.Key
 	bin, err := exec.LookPath("haproxy")
 	if err != nil {
 		return nil, fmt.Errorf("haproxy is not installed (test/deps.sh installs Debian's): %w", err)
@@ -73,9 +115,14 @@ func Run(dir string, port int, key string, backends ...Backend) (*HAProxy, error
 		return nil, err
 	}
 	h := &HAProxy{dir: dir, Socket: filepath.Join(dir, "admin.sock"), Master: filepath.Join(dir, "master.sock"), Port: port,
-		ReadyPort: readyPort, ReadyMap: filepath.Join(dir, "ready.map"), StateFile: filepath.Join(dir, "server-state")}
-	if err := os.WriteFile(h.ReadyMap, nil, 0o644); err != nil {
-		return nil, err
+		ReadyPort: readyPort, ReadyMap: o.ReadyMap, StateFile: filepath.Join(dir, "server-state")}
+	if h.ReadyMap == "" {
+		h.ReadyMap = filepath.Join(dir, "ready.map")
+	}
+	if _, err := os.Stat(h.ReadyMap); os.IsNotExist(err) {
+		if err := os.WriteFile(h.ReadyMap, nil, 0o644); err != nil {
+			return nil, err
+		}
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `global
@@ -128,15 +175,22 @@ func (h *HAProxy) start() error {
 	h.cmd = exec.Command("haproxy", "-W", "-db", "-S", h.Master, "-f", h.cfg)
 	h.cmd.Stdout, h.cmd.Stderr = &h.log, &h.log
 	// Its own process group, so that Stop ends the workers with the master.
-	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	// No Pdeathsig: it fires when the OS thread that started the process
+	// exits, which the Go runtime may do at any time, and a master killed so
+	// leaves its worker serving with nobody to reload it (seen in tests).
+	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := h.cmd.Start(); err != nil {
 		return fmt.Errorf("starting haproxy: %w", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		// Both the worker's Runtime API and the master's CLI accept.
 		if c, err := net.Dial("unix", h.Socket); err == nil {
 			c.Close()
-			return nil
+			if m, err := net.Dial("unix", h.Master); err == nil {
+				m.Close()
+				return nil
+			}
 		}
 		if time.Now().After(deadline) {
 			h.Stop()

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -191,15 +190,6 @@ func TestErrors(t *testing.T) {
 	down, _ := New("unix:///nonexistent/admin.sock", time.Second)
 	if _, err := down.Servers(ctx, "shop"); err == nil {
 		t.Error("an unreachable instance answered")
-	}
-}
-
-// TestExampleConfigurationIsValid keeps the shipped example loadable by
-// the HAProxy the tests use.
-func TestExampleConfigurationIsValid(t *testing.T) {
-	out, err := exec.Command("haproxy", "-c", "-f", "../../../manifests/samples/haproxy/haproxy.cfg").CombinedOutput()
-	if err != nil {
-		t.Fatalf("haproxy -c manifests/samples/haproxy/haproxy.cfg: %v\n%s", err, out)
 	}
 }
 

@@ -2,10 +2,12 @@ package haproxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -85,8 +87,20 @@ func (h *Instance) Reload(ctx context.Context, master, stateFile string) error {
 		return fmt.Errorf("reload: master CLI: %w", err)
 	}
 	// The master answers a reload by re-executing itself, which closes the
-	// connection: no answer is expected.
-	_, _ = m.run(ctx, []string{"reload"})
+	// connection: no answer is expected. Its CLI refuses connections for a
+	// moment after it starts (and while it re-executes): try again then.
+	for tries := 0; ; tries++ {
+		_, err := m.run(ctx, []string{"reload"})
+		if err == nil || strings.Contains(err.Error(), "answers to") {
+			break
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) || tries == 50 {
+			return fmt.Errorf("reload: %w", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*h.timeout)
+	defer cancel()
 	for {
 		now, err := h.Identity(ctx)
 		if err == nil && now != before {

@@ -1,0 +1,211 @@
+// Package tcpfront is a small health-checking TCP balancer for tests: it
+// stands where a cloud load balancer or a Service stands in front of the
+// HAProxy replicas. Each new connection goes to the next backend whose
+// readiness check passes (an HTTP GET answered 200, as a readiness probe);
+// a connect that fails is tried on the next healthy backend, as cloud
+// load balancers do, since nothing was sent yet. With no healthy backend it
+// fails open (every backend is tried), as most cloud load balancers do.
+package tcpfront
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Target is one backend: where to connect and where to check readiness.
+type Target struct {
+	Addr  string // host:port
+	Ready string // URL answering 200 when the backend may take traffic
+}
+
+// Front is a running balancer.
+type Front struct {
+	ln    net.Listener
+	every time.Duration
+
+	mu      sync.Mutex
+	targets []Target
+	healthy map[string]bool
+	next    int
+	conns   map[net.Conn]bool
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Start listens on a free port of 127.0.0.1 and checks every target each
+// every.
+func Start(targets []Target, every time.Duration) (*Front, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("tcpfront: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &Front{ln: ln, every: every, targets: targets, healthy: map[string]bool{}, conns: map[net.Conn]bool{}, cancel: cancel}
+	f.check(ctx)
+	f.wg.Add(2)
+	go f.accept()
+	go f.checkLoop(ctx)
+	return f, nil
+}
+
+// URL is the front's http:// base URL.
+func (f *Front) URL() string { return "http://" + f.ln.Addr().String() }
+
+// SetTargets replaces the backends (scaling up or down); a new target
+// takes traffic once its check passes.
+func (f *Front) SetTargets(targets []Target) {
+	f.mu.Lock()
+	f.targets = targets
+	f.mu.Unlock()
+}
+
+// Healthy reports each target's last check, by address.
+func (f *Front) Healthy() map[string]bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]bool{}
+	for _, t := range f.targets {
+		out[t.Addr] = f.healthy[t.Addr]
+	}
+	return out
+}
+
+// Close stops the balancer and closes every connection.
+func (f *Front) Close() {
+	f.cancel()
+	f.ln.Close()
+	f.mu.Lock()
+	for c := range f.conns {
+		c.Close()
+	}
+	f.mu.Unlock()
+	f.wg.Wait()
+}
+
+func (f *Front) checkLoop(ctx context.Context) {
+	defer f.wg.Done()
+	t := time.NewTicker(f.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f.check(ctx)
+	}
+}
+
+func (f *Front) check(ctx context.Context) {
+	f.mu.Lock()
+	targets := append([]Target(nil), f.targets...)
+	f.mu.Unlock()
+	hc := http.Client{Timeout: time.Second}
+	res := make([]bool, len(targets))
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, t.Ready, nil)
+			req.Close = true
+			resp, err := hc.Do(req)
+			if err != nil {
+				return
+			}
+			resp.Body.Close()
+			res[i] = resp.StatusCode == http.StatusOK
+		}()
+	}
+	wg.Wait()
+	f.mu.Lock()
+	for i, t := range targets {
+		f.healthy[t.Addr] = res[i]
+	}
+	f.mu.Unlock()
+}
+
+// order lists the backends to try for one connection: the healthy ones,
+// round-robin from the next; every one when none is healthy.
+func (f *Front) order() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var healthy, all []string
+	n := len(f.targets)
+	for i := 0; i < n; i++ {
+		t := f.targets[(f.next+i)%n]
+		all = append(all, t.Addr)
+		if f.healthy[t.Addr] {
+			healthy = append(healthy, t.Addr)
+		}
+	}
+	f.next++
+	if len(healthy) == 0 {
+		return all
+	}
+	return healthy
+}
+
+func (f *Front) accept() {
+	defer f.wg.Done()
+	for {
+		c, err := f.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		f.wg.Add(1)
+		go f.serve(c)
+	}
+}
+
+func (f *Front) track(c net.Conn, on bool) {
+	f.mu.Lock()
+	if on {
+		f.conns[c] = true
+	} else {
+		delete(f.conns, c)
+	}
+	f.mu.Unlock()
+}
+
+func (f *Front) serve(c net.Conn) {
+	defer f.wg.Done()
+	defer c.Close()
+	f.track(c, true)
+	defer f.track(c, false)
+	var up net.Conn
+	for _, addr := range f.order() {
+		var err error
+		if up, err = net.DialTimeout("tcp", addr, time.Second); err == nil {
+			break
+		}
+	}
+	if up == nil {
+		return
+	}
+	defer up.Close()
+	f.track(up, true)
+	defer f.track(up, false)
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		if tc, ok := dst.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		}
+		done <- struct{}{}
+	}
+	go pipe(up, c)
+	go pipe(c, up)
+	<-done
+	<-done
+}

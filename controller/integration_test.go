@@ -492,7 +492,8 @@ func TestControllerDrainsOnEveryNGINXPlusInstance(t *testing.T) {
 	var emus []*nginxplus.Emulator
 	var urls []string
 	for i := 0; i < 2; i++ {
-		e := nginxplus.New(nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop"}}})
+		// The first keeps its servers in a state file, the second does not.
+		e := nginxplus.New(nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop", State: i == 0}}})
 		srv := httptest.NewServer(e.Handler())
 		t.Cleanup(srv.Close)
 		emus = append(emus, e)
@@ -508,8 +509,8 @@ loadBalancers:
     timeout: 1s
     instances:
       static: [%q, %q, %q]
-resync: 2s
-`, urls[0], urls[1], gone.URL+"/api"))
+resync: 10m
+`, urls[0], urls[1], gone.URL+"/api")) // no resync within the test: restarts are repaired by the probe
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -570,14 +571,38 @@ resync: 2s
 	})
 	t.Logf("deletion → drain: true on both NGINX Plus API emulators: %v", drained.Sub(deleted))
 
-	// An emulator restart mid-drain loses the server; the controller sees
-	// the new generation and repairs it, drain included.
+	// A restart mid-drain of the instance with a state file keeps the
+	// drain; of the one without, loses the server: the controller sees the
+	// new process within its probe interval (1s) and repairs it, drain
+	// included, with a Warning saying the state file is missing.
+	emus[0].Restart()
+	if got := state(emus[0], addr); got != "drain" {
+		t.Errorf("after a restart with a state file the server is %s, want drain", got)
+	}
+	restarted := time.Now()
 	emus[1].Restart()
 	if state(emus[1], addr) != "absent" {
 		t.Fatal("the restart did not lose the runtime servers")
 	}
-	eventually(t, ctx, "the drain repaired after the emulator restart", func() bool {
+	repaired := eventually(t, ctx, "the drain repaired after the emulator restart", func() bool {
 		return state(emus[1], addr) == "drain"
+	})
+	t.Logf("restart without a state file → drain repaired: %v", repaired.Sub(restarted))
+	if d := repaired.Sub(restarted); d > 3*time.Second {
+		t.Errorf("repair took %v; the probe runs every second", d)
+	}
+	eventually(t, ctx, "a LoadBalancerStateLost Warning on the Service naming the state directive", func() bool {
+		var evs eventsv1.EventList
+		if k.List(ctx, &evs, client.InNamespace("shop")) != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "LoadBalancerStateLost" && e.Type == corev1.EventTypeWarning && e.Regarding.Name == "web" &&
+				strings.Contains(e.Note, urls[1]) && strings.Contains(e.Note, "state directive") {
+				return true
+			}
+		}
+		return false
 	})
 	if _, err := host.WaitFor(ctx, "shop", victim.Name, "", podhost.StepDeleted); err != nil {
 		t.Fatal(err)

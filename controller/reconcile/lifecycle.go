@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,8 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/stickydrain/stickydrain/controller/backend"
+	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/plan"
 )
 
 // lifecycle is the Reconciler as the liveness Watcher sees it.
@@ -44,8 +48,14 @@ func (l lifecycle) Required(ctx context.Context, lb string) ([]string, error) {
 	return out, nil
 }
 
-// Renew queues every Service mapped onto lb.
-func (l lifecycle) Renew(lb string, _ backend.Instance, _ bool) {
+// Renew queues every Service mapped onto lb; a restarted instance is
+// checked for lost servers on its next read.
+func (l lifecycle) Renew(lb string, inst backend.Instance, restarted bool) {
+	if restarted {
+		l.r.mu.Lock()
+		l.r.restarted[inst.ID()] = l.r.liveness.Identity(inst.ID())
+		l.r.mu.Unlock()
+	}
 	svcs, err := l.r.servicesOf(context.Background(), lb)
 	if err != nil {
 		return
@@ -155,5 +165,39 @@ func (r *Reconciler) settleOwned(ctx context.Context, svc types.NamespacedName, 
 	}
 	if len(refused) > 0 {
 		r.settleRefused(ctx, svc, strings.Join(refused, ","))
+	}
+}
+
+// checkRestarted warns, once per upstream and process, when an instance
+// that replaced another process comes back without any of an upstream's
+// servers: everything the controller had set there was lost (an HAProxy
+// restart, or a reload without the saved state; NGINX Plus without its
+// state file). The pass repairs it; the warning says how to keep it next
+// time.
+func (r *Reconciler) checkRestarted(ctx context.Context, svc *corev1.Service, lb *config.LoadBalancer, u upstreamRef,
+	inst backend.Instance, identity string, cur map[netip.AddrPort]plan.State, want map[netip.AddrPort]plan.State) {
+	key := inst.ID() + "|" + u.String()
+	r.mu.Lock()
+	restartedAs, ok := r.restarted[inst.ID()]
+	if !ok || identity == "" || restartedAs != identity || r.checked[key] == identity {
+		r.mu.Unlock()
+		return
+	}
+	r.checked[key] = identity
+	r.mu.Unlock()
+	if len(cur) > 0 || len(want) == 0 {
+		return
+	}
+	hint := "a restart, or a reload without saving the server state first (stickydrain-haproxy reload)"
+	if lb.Type == config.TypeNGINXPlus {
+		hint = "keep the upstream's servers with NGINX Plus' state directive (manifests/samples/nginx-plus/nginx.conf)"
+	}
+	r.Metrics.stateLost.WithLabelValues(u.LB).Inc()
+	logf.FromContext(ctx).Info("load-balancer instance came back without any server of the upstream; refilling it", "upstream", u.String(),
+		"instance", inst.ID(), "process", identity, "servers", len(want), "hint", hint)
+	if svc != nil {
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonStateLost, "Repair",
+			"instance %s of %s came back from a restart or reload without any of upstream %s's %d servers; refilling it. To keep them: %s",
+			inst.ID(), u.LB, u.Upstream, len(want), hint)
 	}
 }

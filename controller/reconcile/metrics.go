@@ -14,6 +14,7 @@ type Metrics struct {
 	drainDelay *prometheus.HistogramVec
 	probes     *prometheus.CounterVec
 	marks      *prometheus.CounterVec
+	stateLost  *prometheus.CounterVec
 }
 
 // NewMetrics registers the controller's metrics with reg.
@@ -44,8 +45,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "stickydrain_controller_instance_filled_total",
 			Help: "Readiness markers set on load-balancer processes once they held every server, by load balancer.",
 		}, []string{"lb"}),
+		stateLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stickydrain_controller_instance_state_lost_total",
+			Help: "Upstreams found without any server on a load-balancer process that replaced another (a restart, a reload without saved state, NGINX Plus without its state file), by load balancer; each was refilled.",
+		}, []string{"lb"}),
 	}
-	for _, c := range []prometheus.Collector{m.servers, m.changes, m.lbErrors, m.drainDelay, m.probes, m.marks} {
+	for _, c := range []prometheus.Collector{m.servers, m.changes, m.lbErrors, m.drainDelay, m.probes, m.marks, m.stateLost} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering controller metrics: %w", err)
 		}

@@ -57,6 +57,7 @@ const (
 	ReasonUpstreamConflict = "UpstreamConflict"
 	ReasonBadMapping       = "BadUpstreamMapping"
 	ReasonApplyFailed      = "LoadBalancerError"
+	ReasonStateLost        = "LoadBalancerStateLost"
 )
 
 // InstanceFactory makes a backend.Instance from an address.
@@ -96,6 +97,11 @@ type Reconciler struct {
 	liveness *liveness.Tracker
 	watcher  *liveness.Watcher
 	renew    chan event.GenericEvent
+	// restarted holds, per instance, the identity of a process that
+	// replaced another; checked, the "instance|upstream" pairs already
+	// checked on it for lost servers.
+	restarted map[string]string
+	checked   map[string]string
 
 	mu          sync.Mutex
 	current     *config.Config
@@ -167,6 +173,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.pods = map[upstreamRef]map[netip.AddrPort]endpoints.Endpoint{}
 	r.known = map[types.NamespacedName][]upstreamRef{}
 	r.liveness = liveness.NewTracker()
+	r.restarted, r.checked = map[string]string{}, map[string]string{}
 	r.renew = make(chan event.GenericEvent, 1024)
 	r.watcher = &liveness.Watcher{
 		Tracker: r.liveness, Source: lifecycle{r}, Every: r.ProbeEvery,
@@ -489,6 +496,7 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 				log.Error(err, "reading servers", "instance", inst.ID())
 				return
 			}
+			r.checkRestarted(ctx, svc, lb, u, inst, results[i].identity, cur, want)
 			target := want
 			if nz, ok := inst.(backend.Normalizer); ok {
 				target = nz.Normalize(u.Upstream, want)

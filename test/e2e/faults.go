@@ -36,11 +36,15 @@ func (e *Env) ReloadHAProxy(ctx context.Context, i int) error {
 }
 
 // RestartHAProxy kills instance i (SIGKILL to the master and its workers,
-// as a crash) and starts it again with nothing saved: it must take no
-// traffic until the controller has filled it.
+// as a crash) and starts it again with nothing saved, as the kubelet
+// restarts a container: the front takes it out of rotation when it dies
+// (the pod turns NotReady), and it must take no traffic until the
+// controller has filled it.
 func (e *Env) RestartHAProxy(i int) error {
 	e.noteKill()
-	return e.HAProxy[i].Restart()
+	e.HAProxy[i].Kill()
+	e.Front.MarkDown(fmt.Sprintf("127.0.0.1:%d", e.HAProxy[i].Port))
+	return e.HAProxy[i].Start()
 }
 
 // noteKill records that a process in the users' path is being killed

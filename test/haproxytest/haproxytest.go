@@ -8,7 +8,9 @@ package haproxytest
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -251,3 +253,25 @@ func (h *HAProxy) URL() string { return fmt.Sprintf("http://127.0.0.1:%d", h.Por
 
 // Address is the Runtime API address for the controller's configuration.
 func (h *HAProxy) Address() string { return "unix://" + h.Socket }
+
+// Command sends one Runtime API command and fails on any answer but an
+// empty one or an address change.
+func (h *HAProxy) Command(ctx context.Context, cmd string) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", h.Socket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(cmd + "\n")); err != nil {
+		return err
+	}
+	out, err := io.ReadAll(c)
+	if err != nil {
+		return err
+	}
+	if s := strings.TrimSpace(string(out)); s != "" && !strings.Contains(s, "changed") {
+		return fmt.Errorf("%s: %s", cmd, s)
+	}
+	return nil
+}

@@ -27,13 +27,17 @@
 //     an unknown parameter); trailing slashes are accepted as NGINX does;
 //   - the fields request argument is ignored.
 //
-// Fault controls for tests: Restart (runtime changes lost, configured
-// servers back, generation advanced, new load_timestamp), SetLatency,
-// FailNext (the next n requests answer a given status), SetWritable.
+// Fault controls for tests: Reload and Restart (runtime changes lost and
+// the configured servers back, unless the upstream has a state file —
+// Upstream.State — whose servers, with their parameters, drain and down
+// included, survive both, renumbered from 0 as NGINX Plus reads the file
+// again; a reload advances the generation, a restart starts it at 1; both
+// set a new load_timestamp), SetLatency, FailNext (the next n requests
+// answer a given status), SetWritable.
 //
 // Not covered: statistics beyond zeroes (requests, responses, health
-// checks), keyvals, caches, server zones, resolvers, SSL, the state file,
-// DNS-resolved (service) servers, sticky routes' effect on traffic; the
+// checks), keyvals, caches, server zones, resolvers, SSL, the state file's
+// format on disk (its effect is modelled), DNS-resolved (service) servers, sticky routes' effect on traffic; the
 // emulator does not proxy traffic.
 package nginxplus
 
@@ -74,6 +78,10 @@ type Upstream struct {
 	Zone    string
 	Stream  bool
 	Servers []Server
+	// State is the upstream's `state` directive: the servers as the API
+	// left them are kept across reloads and restarts (NGINX Plus then
+	// takes its servers from the file, none from the configuration).
+	State bool
 }
 
 type upstream struct {
@@ -118,10 +126,25 @@ func New(opts Options) *Emulator {
 }
 
 func (e *Emulator) load() {
+	old := map[string]*upstream{}
+	for k, u := range e.http {
+		old["http/"+k] = u
+	}
+	for k, u := range e.stream {
+		old["stream/"+k] = u
+	}
 	e.http, e.stream = map[string]*upstream{}, map[string]*upstream{}
 	for _, u := range e.configured {
 		up := &upstream{cfg: u}
-		for _, s := range u.Servers {
+		servers := u.Servers
+		kind := "http/"
+		if u.Stream {
+			kind = "stream/"
+		}
+		if prev := old[kind+u.Name]; u.State && prev != nil {
+			servers = prev.servers
+		}
+		for _, s := range servers {
 			s = withDefaults(s, u.Stream)
 			s.ID = up.nextID
 			up.nextID++
@@ -137,9 +160,18 @@ func (e *Emulator) load() {
 	e.loaded = time.Now().UTC()
 }
 
-// Restart is a restart (or a reload without a state file): every runtime
-// change is lost and the configured servers come back.
+// Restart is a restart: the generation starts again at 1, and every
+// runtime change is lost but in upstreams with a state file.
 func (e *Emulator) Restart() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.generation = 0
+	e.load()
+}
+
+// Reload is a configuration reload: the generation advances, and every
+// runtime change is lost but in upstreams with a state file.
+func (e *Emulator) Reload() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.load()

@@ -3,8 +3,10 @@ package nginxplus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"strings"
 	"testing"
 
@@ -106,21 +108,60 @@ func TestErrorsAsNGINXPlusAnswers(t *testing.T) {
 	}
 }
 
-func TestRestartLosesRuntimeChanges(t *testing.T) {
-	e, c := start(t, Options{Upstreams: []Upstream{{Name: "shop", Zone: "shop", Servers: []Server{{Server: "198.18.0.1:8080"}}}}})
-	ctx := context.Background()
-	before, err := c.GetNginxInfo(ctx)
-	must(t, err)
-	must(t, c.AddHTTPServer(ctx, "shop", client.UpstreamServer{Server: "198.18.0.2:8080"}))
-	e.Restart()
-	after, err := c.GetNginxInfo(ctx)
-	must(t, err)
-	if after.Generation != before.Generation+1 {
-		t.Errorf("generation %d → %d, want +1", before.Generation, after.Generation)
-	}
-	servers, _ := c.GetHTTPServers(ctx, "shop")
-	if len(servers) != 1 || servers[0].Server != "198.18.0.1:8080" {
-		t.Errorf("after restart: %+v, want the configured server only", servers)
+func TestReloadAndRestartKeepOnlyWhatAStateFileKeeps(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		state   bool
+		restart bool
+		want    []string // servers after, "addr drain"
+		gen     func(before uint64) uint64
+	}{
+		{"a restart without state loses runtime changes", false, true, []string{"198.18.0.1:8080 false"}, func(uint64) uint64 { return 1 }},
+		{"a reload without state loses runtime changes", false, false, []string{"198.18.0.1:8080 false"}, func(b uint64) uint64 { return b + 1 }},
+		{"a restart with state keeps every server and its drain", true, true, []string{"198.18.0.1:8080 false", "198.18.0.2:8080 true"}, func(uint64) uint64 { return 1 }},
+		{"a reload with state keeps every server and its drain", true, false, []string{"198.18.0.1:8080 false", "198.18.0.2:8080 true"}, func(b uint64) uint64 { return b + 1 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, c := start(t, Options{Upstreams: []Upstream{{Name: "shop", Zone: "shop", State: tc.state, Servers: []Server{{Server: "198.18.0.1:8080"}}}}})
+			ctx := context.Background()
+			must(t, c.AddHTTPServer(ctx, "shop", client.UpstreamServer{Server: "198.18.0.2:8080"}))
+			must(t, c.AddHTTPServer(ctx, "shop", client.UpstreamServer{Server: "198.18.0.3:8080"}))
+			e.Reload() // generation 2
+			if tc.state {
+				servers, err := c.GetHTTPServers(ctx, "shop")
+				must(t, err)
+				for _, s := range servers {
+					switch s.Server {
+					case "198.18.0.2:8080":
+						must(t, c.UpdateHTTPServer(ctx, "shop", client.UpstreamServer{ID: s.ID, Server: s.Server, Drain: true}))
+					case "198.18.0.3:8080":
+						must(t, c.DeleteHTTPServer(ctx, "shop", s.Server))
+					}
+				}
+			}
+			before, err := c.GetNginxInfo(ctx)
+			must(t, err)
+			if tc.restart {
+				e.Restart()
+			} else {
+				e.Reload()
+			}
+			after, err := c.GetNginxInfo(ctx)
+			must(t, err)
+			if want := tc.gen(before.Generation); after.Generation != want || after.LoadTimestamp == before.LoadTimestamp {
+				t.Errorf("generation %d → %d (want %d), load_timestamp %s → %s", before.Generation, after.Generation, want, before.LoadTimestamp, after.LoadTimestamp)
+			}
+			servers, err := c.GetHTTPServers(ctx, "shop")
+			must(t, err)
+			var got []string
+			for _, s := range servers {
+				got = append(got, fmt.Sprintf("%s %v", s.Server, s.Drain))
+			}
+			sort.Strings(got)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("servers after (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

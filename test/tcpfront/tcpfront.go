@@ -32,6 +32,7 @@ type Front struct {
 	mu      sync.Mutex
 	targets []Target
 	healthy map[string]bool
+	downs   int // MarkDown calls: a check begun before one is stale
 	next    int
 	conns   map[net.Conn]bool
 
@@ -63,6 +64,17 @@ func (f *Front) URL() string { return "http://" + f.ln.Addr().String() }
 func (f *Front) SetTargets(targets []Target) {
 	f.mu.Lock()
 	f.targets = targets
+	f.mu.Unlock()
+}
+
+// MarkDown takes a target out of rotation until its next check passes:
+// what the kubelet does when a container exits (the pod turns NotReady at
+// once, and a restarted container starts NotReady until its probe
+// passes).
+func (f *Front) MarkDown(addr string) {
+	f.mu.Lock()
+	f.healthy[addr] = false
+	f.downs++
 	f.mu.Unlock()
 }
 
@@ -106,6 +118,7 @@ func (f *Front) checkLoop(ctx context.Context) {
 func (f *Front) check(ctx context.Context) {
 	f.mu.Lock()
 	targets := append([]Target(nil), f.targets...)
+	downs := f.downs
 	f.mu.Unlock()
 	hc := http.Client{Timeout: time.Second}
 	res := make([]bool, len(targets))
@@ -126,8 +139,10 @@ func (f *Front) check(ctx context.Context) {
 	}
 	wg.Wait()
 	f.mu.Lock()
-	for i, t := range targets {
-		f.healthy[t.Addr] = res[i]
+	if f.downs == downs {
+		for i, t := range targets {
+			f.healthy[t.Addr] = res[i]
+		}
 	}
 	f.mu.Unlock()
 }

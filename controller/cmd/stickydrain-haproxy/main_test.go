@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
+	"github.com/stickydrain/stickydrain/test/haproxytest"
+)
+
+func TestUsageErrorsExitTwo(t *testing.T) {
+	for _, args := range [][]string{
+		nil,
+		{"restart"},
+		{"reload", "--no-such-flag"},
+		{"save-state", "--runtime", "http://x"},
+		{"save-state", "extra"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != 2 {
+			t.Errorf("%q: exit %d, want 2 (stderr %q)", args, code, errb.String())
+		}
+	}
+	var errb bytes.Buffer
+	if code := run([]string{"save-state", "--runtime", "unix:///nonexistent/admin.sock", "--timeout", "1s"}, new(bytes.Buffer), &errb); code != 1 {
+		t.Errorf("an unreachable Runtime API: exit %d, want 1", code)
+	}
+	if !strings.Contains(errb.String(), "/nonexistent/admin.sock") {
+		t.Errorf("the error does not name the socket: %q", errb.String())
+	}
+}
+
+// The VM drop-in's reload line (manifests/samples/haproxy-vm), pointed at
+// a test HAProxy's sockets and state file, reloads it with the drain kept.
+func TestTheSystemdDropInReloadsKeepingTheDrain(t *testing.T) {
+	raw, err := os.ReadFile("../../../manifests/samples/haproxy-vm/stickydrain.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for _, l := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(l, "ExecReload=/usr/local/bin/stickydrain-haproxy ") {
+			line = strings.TrimPrefix(l, "ExecReload=/usr/local/bin/stickydrain-haproxy ")
+		}
+	}
+	if line == "" {
+		t.Fatal("no stickydrain-haproxy ExecReload line in the drop-in")
+	}
+	h := haproxytest.Start(t, "k", haproxytest.Backend{Name: "shop", Slots: 2})
+	args := strings.Fields(strings.NewReplacer(
+		"unix:///run/haproxy/admin.sock", h.Address(),
+		"unix:///run/haproxy-master.sock", h.MasterAddress(),
+		"/var/lib/haproxy/server-state", h.StateFile,
+	).Replace(line))
+	ctx := context.Background()
+	inst, err := haproxy.New(h.Address(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"set server shop/pod1 addr 127.0.0.1 port 9000", "set server shop/pod1 state drain"} {
+		if err := h.Command(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, _ := inst.Identity(ctx)
+	var out, errb bytes.Buffer
+	if code := run(args, &out, &errb); code != 0 {
+		t.Fatalf("%q: exit %d: %s\n%s", args, code, errb.String(), h.Log())
+	}
+	after, _ := inst.Identity(ctx)
+	if after == before {
+		t.Fatal("no new worker after the drop-in's reload")
+	}
+	got, err := inst.Servers(ctx, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 {
+		t.Fatalf("after the reload: %v, want the one draining server", got)
+	}
+	for a, s := range got {
+		if a.String() != "127.0.0.1:9000" || s.String() != "draining" {
+			t.Errorf("after the reload: %s %s, want 127.0.0.1:9000 draining", a, s)
+		}
+	}
+	if b, err := os.ReadFile(h.StateFile); err != nil || !bytes.HasPrefix(b, []byte("1\n")) {
+		t.Errorf("state file %s: %q %v", filepath.Base(h.StateFile), b, err)
+	}
+}

@@ -49,3 +49,12 @@ type Marker interface {
 	// returns an error. Instances configured without a marker do nothing.
 	MarkFilled(ctx context.Context, identity string) error
 }
+
+// Heartbeater is implemented by Markers whose marker ages: the controller
+// confirms it every second, and an instance that no controller reaches
+// any more drops out of rotation when its marker is too old.
+type Heartbeater interface {
+	// Heartbeat refreshes the marker of the process answering, if it
+	// carries one; it never marks an unmarked process.
+	Heartbeat(ctx context.Context) error
+}

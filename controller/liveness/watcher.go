@@ -144,3 +144,57 @@ func (w *Watcher) count(lb, result string) {
 		w.Probed(lb, result)
 	}
 }
+
+// Heartbeat refreshes the readiness marker of every instance each Every.
+// It runs on every controller replica, leader or not (NeedLeaderElection
+// is false): the marker means "a controller reaches this instance", and a
+// leader hand-over must not let it age out.
+type Heartbeat struct {
+	Instances func(ctx context.Context) (map[string][]backend.Instance, error)
+	// Every is the interval; 0 means 1s.
+	Every time.Duration
+	Log   logr.Logger
+}
+
+// NeedLeaderElection is false: every replica refreshes.
+func (h *Heartbeat) NeedLeaderElection() bool { return false }
+
+// Start refreshes until ctx ends.
+func (h *Heartbeat) Start(ctx context.Context) error {
+	every := h.Every
+	if every <= 0 {
+		every = time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		all, err := h.Instances(ctx)
+		if err != nil {
+			continue
+		}
+		var wg sync.WaitGroup
+		for lb, insts := range all {
+			for _, inst := range insts {
+				hb, ok := inst.(backend.Heartbeater)
+				if !ok {
+					continue
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c, cancel := context.WithTimeout(ctx, every)
+					defer cancel()
+					if err := hb.Heartbeat(c); err != nil {
+						h.Log.V(1).Info("refreshing the readiness marker", "lb", lb, "instance", inst.ID(), "error", err.Error())
+					}
+				}()
+			}
+		}
+		wg.Wait()
+	}
+}

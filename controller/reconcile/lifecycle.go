@@ -48,14 +48,8 @@ func (l lifecycle) Required(ctx context.Context, lb string) ([]string, error) {
 	return out, nil
 }
 
-// Renew queues every Service mapped onto lb; a restarted instance is
-// checked for lost servers on its next read.
-func (l lifecycle) Renew(lb string, inst backend.Instance, restarted bool) {
-	if restarted {
-		l.r.mu.Lock()
-		l.r.restarted[inst.ID()] = l.r.liveness.Identity(inst.ID())
-		l.r.mu.Unlock()
-	}
+// Renew queues every Service mapped onto lb.
+func (l lifecycle) Renew(lb string, _ backend.Instance, _ bool) {
 	svcs, err := l.r.servicesOf(context.Background(), lb)
 	if err != nil {
 		return
@@ -168,24 +162,20 @@ func (r *Reconciler) settleOwned(ctx context.Context, svc types.NamespacedName, 
 	}
 }
 
-// checkRestarted warns, once per upstream and process, when an instance
-// that replaced another process comes back without any of an upstream's
-// servers: everything the controller had set there was lost (an HAProxy
-// restart, or a reload without the saved state; NGINX Plus without its
-// state file). The pass repairs it; the warning says how to keep it next
-// time.
-func (r *Reconciler) checkRestarted(ctx context.Context, svc *corev1.Service, lb *config.LoadBalancer, u upstreamRef,
-	inst backend.Instance, identity string, cur map[netip.AddrPort]plan.State, want map[netip.AddrPort]plan.State) {
+// checkLost warns, when an instance that held some of an upstream's
+// servers after the last pass reads without any: everything the
+// controller had set there was lost — an HAProxy restart, a reload
+// without the saved state, NGINX Plus without its state file. The pass
+// repairs it; the warning says how to keep them next time. held records
+// what the pass leaves on the instance.
+func (r *Reconciler) checkLost(ctx context.Context, svc *corev1.Service, lb *config.LoadBalancer, u upstreamRef,
+	inst backend.Instance, cur, want map[netip.AddrPort]plan.State) {
 	key := inst.ID() + "|" + u.String()
 	r.mu.Lock()
-	restartedAs, ok := r.restarted[inst.ID()]
-	if !ok || identity == "" || restartedAs != identity || r.checked[key] == identity {
-		r.mu.Unlock()
-		return
-	}
-	r.checked[key] = identity
+	had := r.held[key]
+	r.held[key] = len(want)
 	r.mu.Unlock()
-	if len(cur) > 0 || len(want) == 0 {
+	if had == 0 || len(cur) > 0 || len(want) == 0 {
 		return
 	}
 	hint := "a restart, or a reload without saving the server state first (stickydrain-haproxy reload)"
@@ -193,8 +183,8 @@ func (r *Reconciler) checkRestarted(ctx context.Context, svc *corev1.Service, lb
 		hint = "keep the upstream's servers with NGINX Plus' state directive (manifests/samples/nginx-plus/nginx.conf)"
 	}
 	r.Metrics.stateLost.WithLabelValues(u.LB).Inc()
-	logf.FromContext(ctx).Info("load-balancer instance came back without any server of the upstream; refilling it", "upstream", u.String(),
-		"instance", inst.ID(), "process", identity, "servers", len(want), "hint", hint)
+	logf.FromContext(ctx).Info("load-balancer instance lost every server of the upstream (a restart or reload); refilling it", "upstream", u.String(),
+		"instance", inst.ID(), "servers", len(want), "hint", hint)
 	if svc != nil {
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonStateLost, "Repair",
 			"instance %s of %s came back from a restart or reload without any of upstream %s's %d servers; refilling it. To keep them: %s",

@@ -97,11 +97,9 @@ type Reconciler struct {
 	liveness *liveness.Tracker
 	watcher  *liveness.Watcher
 	renew    chan event.GenericEvent
-	// restarted holds, per instance, the identity of a process that
-	// replaced another; checked, the "instance|upstream" pairs already
-	// checked on it for lost servers.
-	restarted map[string]string
-	checked   map[string]string
+	// held is how many servers each "instance|upstream" was left with by
+	// the last pass, to tell a process that lost them all.
+	held map[string]int
 
 	mu          sync.Mutex
 	current     *config.Config
@@ -173,7 +171,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.pods = map[upstreamRef]map[netip.AddrPort]endpoints.Endpoint{}
 	r.known = map[types.NamespacedName][]upstreamRef{}
 	r.liveness = liveness.NewTracker()
-	r.restarted, r.checked = map[string]string{}, map[string]string{}
+	r.held = map[string]int{}
 	r.renew = make(chan event.GenericEvent, 1024)
 	r.watcher = &liveness.Watcher{
 		Tracker: r.liveness, Source: lifecycle{r}, Every: r.ProbeEvery,
@@ -183,6 +181,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if err := mgr.Add(r.watcher); err != nil {
 		return fmt.Errorf("adding the instance watcher: %w", err)
+	}
+	if err := mgr.Add(&liveness.Heartbeat{Instances: lifecycle{r}.Instances, Every: r.ProbeEvery, Log: mgr.GetLogger().WithName("heartbeat")}); err != nil {
+		return fmt.Errorf("adding the marker heartbeat: %w", err)
 	}
 	// Services by the upstreams they map, so that deciding who owns an
 	// upstream reads the few Services mapping it, not every Service.
@@ -496,7 +497,7 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 				log.Error(err, "reading servers", "instance", inst.ID())
 				return
 			}
-			r.checkRestarted(ctx, svc, lb, u, inst, results[i].identity, cur, want)
+			r.checkLost(ctx, svc, lb, u, inst, cur, want)
 			target := want
 			if nz, ok := inst.(backend.Normalizer); ok {
 				target = nz.Normalize(u.Upstream, want)

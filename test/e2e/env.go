@@ -54,12 +54,17 @@ type Env struct {
 	// read the emulators' API state.
 	NGINXPlus []*nginxplus.Emulator
 	Dir       string
+	// Controllers are the controller replicas, in start order.
+	Controllers []*Controller
+
+	controllerDirs []string
 
 	log      func(string, ...any)
 	plusURLs []string
 	built    map[string]string
 	faultsMu sync.Mutex
 	kills    []time.Time // when a process in users' paths was killed
+	lbMu     sync.Mutex  // guards HAProxy, which scaling changes while others read it
 	bins     *testbin.Builder
 	procs    []*proc.Proc
 	cleanup  []func()
@@ -71,6 +76,9 @@ type Options struct {
 	OwnSignals bool
 	// NGINXPlus adds two NGINX Plus API emulators as a second load balancer.
 	NGINXPlus bool
+	// ControllerReplicas runs that many controllers with leader election
+	// (default 1).
+	ControllerReplicas int
 }
 
 func repoRoot() string {
@@ -129,6 +137,9 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 			return env, err
 		}
 		env.HAProxy = append(env.HAProxy, h)
+		if err := linkControllerSocket(h); err != nil {
+			return env, err
+		}
 	}
 	env.Front, err = tcpfront.Start(env.frontTargets(), 100*time.Millisecond)
 	if err != nil {
@@ -138,7 +149,8 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	if opts.NGINXPlus {
 		logf("starting two NGINX Plus API emulators (not NGINX Plus) …")
 		for i := 0; i < 2; i++ {
-			em := nginxplus.New(nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop"}}})
+			// With a state file, as the sample nginx.conf requires.
+			em := nginxplus.New(nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop", State: true}}})
 			srv := httptest.NewServer(em.Handler())
 			env.cleanup = append(env.cleanup, srv.Close)
 			env.NGINXPlus = append(env.NGINXPlus, em)
@@ -150,7 +162,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 		return env, err
 	}
 	logf("starting the controller …")
-	if err := env.startController(ctx, built["controller"]); err != nil {
+	if err := env.startController(ctx, built["controller"], opts.ControllerReplicas); err != nil {
 		return env, err
 	}
 	return env, nil
@@ -340,14 +352,36 @@ func StartController(ctx context.Context, bin, kubeconfig, dir, config string, e
 	return c, nil
 }
 
-func (e *Env) startController(ctx context.Context, bin string) error {
+func (e *Env) startController(ctx context.Context, bin string, replicas int) error {
 	kubeconfig, err := ControllerServiceAccount(ctx, e.Cluster)
 	if err != nil {
 		return err
 	}
+	for i := 0; i < max(1, replicas); i++ {
+		dir := e.Dir
+		if i > 0 {
+			dir = filepath.Join(e.Dir, fmt.Sprintf("controller-%d", i+1))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+		}
+		c, err := StartController(ctx, bin, kubeconfig, dir, e.controllerConfig(), "--leader-elect", "--leader-election-namespace", "stickydrain-system")
+		if err != nil {
+			return err
+		}
+		e.procs = append(e.procs, c.Proc)
+		e.Controllers = append(e.Controllers, c)
+		e.controllerDirs = append(e.controllerDirs, dir)
+	}
+	return nil
+}
+
+// controllerConfig is the controller's configuration for the instances
+// running now.
+func (e *Env) controllerConfig() string {
 	var addrs []string
-	for _, h := range e.HAProxy {
-		addrs = append(addrs, fmt.Sprintf("%q", h.Address()))
+	for _, h := range e.haproxies() {
+		addrs = append(addrs, fmt.Sprintf("%q", "unix://"+controllerSocket(h)))
 	}
 	yml := fmt.Sprintf("loadBalancers:\n  - name: edge\n    type: haproxy\n    haproxy: {readyMap: %q}\n    instances:\n      static: [%s]\n", e.readyMap(), strings.Join(addrs, ", "))
 	if len(e.plusURLs) > 0 {
@@ -357,10 +391,17 @@ func (e *Env) startController(ctx context.Context, bin string) error {
 		}
 		yml += fmt.Sprintf("  - name: plus\n    type: nginx-plus\n    instances:\n      static: [%s]\n", strings.Join(q, ", "))
 	}
-	c, err := StartController(ctx, bin, kubeconfig, e.Dir, yml+"resync: 5s\n", "--leader-elect", "--leader-election-namespace", "stickydrain-system")
-	if err != nil {
-		return err
+	return yml + "resync: 5s\n"
+}
+
+// writeControllerConfig rewrites every replica's configuration file for
+// the instances running now; the controllers reload it (they read it
+// every 5 s).
+func (e *Env) writeControllerConfig() error {
+	for _, dir := range e.controllerDirs {
+		if err := os.WriteFile(filepath.Join(dir, "controller.yaml"), []byte(e.controllerConfig()), 0o644); err != nil {
+			return err
+		}
 	}
-	e.procs = append(e.procs, c.Proc)
 	return nil
 }

@@ -3,10 +3,13 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/stickydrain/stickydrain/test/haproxytest"
 	"github.com/stickydrain/stickydrain/test/tcpfront"
 )
 
@@ -14,9 +17,17 @@ import (
 // loads (the controller's configuration names one per load balancer).
 func (e *Env) readyMap() string { return filepath.Join(e.Dir, "ready.map") }
 
+// haproxies is a copy of the instances running now, for goroutines other
+// than the test's (the observer, the demo's view).
+func (e *Env) haproxies() []*haproxytest.HAProxy {
+	e.lbMu.Lock()
+	defer e.lbMu.Unlock()
+	return append([]*haproxytest.HAProxy(nil), e.HAProxy...)
+}
+
 func (e *Env) frontTargets() []tcpfront.Target {
 	var ts []tcpfront.Target
-	for _, h := range e.HAProxy {
+	for _, h := range e.haproxies() {
 		ts = append(ts, tcpfront.Target{Addr: fmt.Sprintf("127.0.0.1:%d", h.Port), Ready: h.ReadyURL()})
 	}
 	return ts
@@ -82,4 +93,84 @@ func (e *Env) filled(ctx context.Context, i, ref int) bool {
 		}
 	}
 	return true
+}
+
+// AddHAProxy starts one more HAProxy instance (a scale-up), adds it to
+// the controller's configuration and to the front, where it takes traffic
+// once its readiness check passes: once the controller has filled it.
+func (e *Env) AddHAProxy() (int, error) {
+	i := len(e.HAProxy)
+	d := filepath.Join(e.Dir, fmt.Sprintf("haproxy-%d", i+1))
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return 0, err
+	}
+	h, err := haproxytest.RunWith(haproxytest.Options{Dir: d, Key: "e2e-shared-key", ReadyMap: e.readyMap()}, haproxytest.Backend{Name: "shop", Slots: 16})
+	if err != nil {
+		return 0, err
+	}
+	e.lbMu.Lock()
+	e.HAProxy = append(e.HAProxy, h)
+	e.lbMu.Unlock()
+	if err := linkControllerSocket(h); err != nil {
+		return 0, err
+	}
+	if err := e.writeControllerConfig(); err != nil {
+		return 0, err
+	}
+	e.Front.SetTargets(e.frontTargets())
+	return i, nil
+}
+
+// RemoveHAProxy scales instance i away as a Service would: out of the
+// front first (its endpoint goes), then stopped once its open requests
+// are done, then out of the controller's configuration.
+func (e *Env) RemoveHAProxy(i int) error {
+	e.lbMu.Lock()
+	h := e.HAProxy[i]
+	e.HAProxy = append(e.HAProxy[:i:i], e.HAProxy[i+1:]...)
+	e.lbMu.Unlock()
+	e.Front.SetTargets(e.frontTargets())
+	time.Sleep(time.Second) // requests already sent to it finish
+	h.Stop()
+	return e.writeControllerConfig()
+}
+
+// controllerSocket is the path the controller reaches instance h's
+// Runtime API by: a symbolic link to its socket, which PartitionHAProxy
+// takes away. Everything else (users, the observer, reloads) uses the
+// socket itself.
+func controllerSocket(h *haproxytest.HAProxy) string {
+	return filepath.Join(filepath.Dir(h.Socket), "controller-path.sock")
+}
+
+func linkControllerSocket(h *haproxytest.HAProxy) error {
+	_ = os.Remove(controllerSocket(h))
+	return os.Symlink(h.Socket, controllerSocket(h))
+}
+
+// PartitionHAProxy cuts the controller off instance i's Runtime API for d
+// (connections fail, as through a partition) while the instance keeps
+// serving users, then joins them again.
+func (e *Env) PartitionHAProxy(i int, d time.Duration) error {
+	h := e.HAProxy[i]
+	if err := os.Remove(controllerSocket(h)); err != nil {
+		return err
+	}
+	time.Sleep(d)
+	return linkControllerSocket(h)
+}
+
+// Leader is the index in Controllers of the replica holding the Lease,
+// from their logs; -1 when none has it.
+func (e *Env) Leader() int {
+	for i, c := range e.Controllers {
+		if c.Exited() {
+			continue
+		}
+		b, err := os.ReadFile(c.Log)
+		if err == nil && strings.Contains(string(b), "successfully acquired lease") {
+			return i
+		}
+	}
+	return -1
 }

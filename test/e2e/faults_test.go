@@ -24,36 +24,7 @@ func TestRolloutSurvivesHAProxyReloadsAndACrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer env.Stop()
-	const replicas, users, idle = 3, 9, 8 * time.Second
-	if err := env.Deploy(ctx, replicas, idle); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, ctx, "3 ready v1 pods active on both HAProxy, both in rotation", func() bool {
-		if !env.RolloutDone(ctx, "v1", replicas) || !env.InstanceReady(0) || !env.InstanceReady(1) {
-			return false
-		}
-		for _, p := range env.Pods(ctx) {
-			if len(p.LB) != 2 || p.LB[0] != "active" || p.LB[1] != "active" {
-				return false
-			}
-		}
-		return true
-	})
-	obs := env.Observe(ctx, 100*time.Millisecond)
-	clients := env.StartClients(ctx, users, idle, obs)
-	time.Sleep(5 * time.Second)
-	clients.RolloutStarted()
-	if err := env.Rollout(ctx, "v2"); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, ctx, "an old pod draining", func() bool {
-		for _, r := range obs.Records() {
-			if !r.Drained.IsZero() && r.Gone.IsZero() {
-				return true
-			}
-		}
-		return false
-	})
+	clients, obs := startRollout(t, ctx, env)
 	for n := 1; n <= 2; n++ {
 		if err := env.ReloadHAProxy(ctx, 0); err != nil {
 			t.Fatal(err)
@@ -85,10 +56,14 @@ func TestRolloutSurvivesHAProxyReloadsAndACrash(t *testing.T) {
 	if back := time.Since(killed); back > 5*time.Second {
 		t.Errorf("the restarted instance took %v to be filled and marked; want a few seconds (probe every 1s)", back)
 	}
-	waitUntil(t, ctx, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
-	clients.StopNewSessions()
-	settle(ctx, obs, false)
+	finishRollout(t, ctx, env, clients, obs)
+	assertUsersKeptEverything(t, clients, obs, 3)
+}
 
+// assertUsersKeptEverything is what every fault test asserts from the
+// users' side.
+func assertUsersKeptEverything(t *testing.T, clients *Clients, obs *Observer, maxInFlight int) {
+	t.Helper()
 	s := clients.Stats()
 	t.Logf("clients: %+v", s)
 	for _, p := range clients.Problems() {
@@ -100,15 +75,141 @@ func TestRolloutSurvivesHAProxyReloadsAndACrash(t *testing.T) {
 	if s.NewOnDraining != 0 || s.ReloginsOnDraining != 0 {
 		t.Errorf("%d new sessions and %d re-logins landed on a draining pod", s.NewOnDraining, s.ReloginsOnDraining)
 	}
-	if s.InFlightAtKill > 3 {
-		t.Errorf("%d requests failed in flight through the killed instance; want those few at the instant of the kill", s.InFlightAtKill)
+	if s.InFlightAtKill > maxInFlight {
+		t.Errorf("%d requests failed in flight through a killed process; want at most %d", s.InFlightAtKill, maxInFlight)
 	}
 	for _, d := range obs.Records() {
-		if d.Drained.IsZero() || d.ServerDroppedEarly {
-			t.Errorf("%s: drained %v, dropped early from an instance in rotation %v", d.Pod, d.Drained, d.ServerDroppedEarly)
+		if d.Drained.IsZero() || d.ServerDroppedEarly || d.Undrained {
+			t.Errorf("%s: drained %v, dropped early from an instance in rotation %v, active again after its drain %v", d.Pod, d.Drained, d.ServerDroppedEarly, d.Undrained)
 		}
 		if d.RemovedFromLB.IsZero() || d.RemovedFromLB.Before(d.Gone) {
 			t.Errorf("%s: removed from the load balancers at %v, pod gone at %v", d.Pod, d.RemovedFromLB, d.Gone)
 		}
 	}
+}
+
+// startRollout deploys, waits for every instance to be filled and in
+// rotation, starts the users and the rollout, and waits until an old pod
+// is draining.
+func startRollout(t *testing.T, ctx context.Context, env *Env) (*Clients, *Observer) {
+	t.Helper()
+	const replicas, users, idle = 3, 9, 8 * time.Second
+	if err := env.Deploy(ctx, replicas, idle); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "3 ready v1 pods active on every HAProxy, all in rotation", func() bool {
+		if !env.RolloutDone(ctx, "v1", replicas) {
+			return false
+		}
+		for i := range env.HAProxy {
+			if !env.InstanceReady(i) {
+				return false
+			}
+		}
+		for _, p := range env.Pods(ctx) {
+			for _, st := range p.LB {
+				if st != "active" {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	obs := env.Observe(ctx, 100*time.Millisecond)
+	clients := env.StartClients(ctx, users, idle, obs)
+	time.Sleep(5 * time.Second)
+	clients.RolloutStarted()
+	if err := env.Rollout(ctx, "v2"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "an old pod draining", func() bool {
+		for _, r := range obs.Records() {
+			if !r.Drained.IsZero() && r.Gone.IsZero() {
+				return true
+			}
+		}
+		return false
+	})
+	return clients, obs
+}
+
+func finishRollout(t *testing.T, ctx context.Context, env *Env, clients *Clients, obs *Observer) {
+	t.Helper()
+	waitUntil(t, ctx, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", 3) })
+	clients.StopNewSessions()
+	settle(ctx, obs, len(env.NGINXPlus) > 0)
+}
+
+// TestRolloutSurvivesAPartitionAndHAProxyScaling: mid-drain, the
+// controller loses instance 1's Runtime API for 20 s (the instance keeps
+// serving users), a third instance is added (it must take no user before
+// it is filled) and instance 1 is scaled away. The others keep
+// converging meanwhile, the partitioned one converges when it returns.
+func TestRolloutSurvivesAPartitionAndHAProxyScaling(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	env, err := Start(ctx, Options{Log: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	clients, obs := startRollout(t, ctx, env)
+
+	partitioned := make(chan error, 1)
+	go func() { partitioned <- env.PartitionHAProxy(0, 20*time.Second) }()
+	added, err := env.AddHAProxy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := time.Now()
+	for ctx.Err() == nil {
+		// The moment its readiness first passes, it holds every server.
+		if ready(env.HAProxy[added].ReadyURL()) {
+			if !env.filled(ctx, added, 1) {
+				t.Errorf("the added instance answered ready without every pod's server")
+			}
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitUntil(t, ctx, "the added instance in rotation", func() bool { return env.InstanceReady(added) })
+	t.Logf("added instance in rotation %v after it started (the controller reads its configuration every 5 s)", time.Since(since).Round(time.Millisecond))
+	if err := <-partitioned; err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "the partitioned instance in step again", func() bool { return env.filled(ctx, 0, 1) && env.filled(ctx, 1, 0) })
+	t.Log("the partitioned instance converged after it returned")
+	if err := env.RemoveHAProxy(0); err != nil {
+		t.Fatal(err)
+	}
+	finishRollout(t, ctx, env, clients, obs)
+	assertUsersKeptEverything(t, clients, obs, 0)
+}
+
+// TestRolloutSurvivesALeaderCrash: two controller replicas; mid-drain the
+// leader is killed with SIGKILL. The drains it applied stay on the load
+// balancers; the standby takes over when the lease expires and applies
+// the next ones.
+func TestRolloutSurvivesALeaderCrash(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	env, err := Start(ctx, Options{Log: t.Logf, ControllerReplicas: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	waitUntil(t, ctx, "a leader", func() bool { return env.Leader() >= 0 })
+	clients, obs := startRollout(t, ctx, env)
+	leader := env.Leader()
+	killed := time.Now()
+	env.Controllers[leader].Kill()
+	// What the leader applied stays while nobody leads.
+	before := len(obs.Records())
+	waitUntil(t, ctx, "the standby leading", func() bool { return env.Leader() >= 0 && env.Leader() != leader })
+	t.Logf("standby took over %v after the leader's SIGKILL (lease 15 s)", time.Since(killed).Round(100*time.Millisecond))
+	finishRollout(t, ctx, env, clients, obs)
+	if after := len(obs.Records()); after <= before {
+		t.Errorf("no pod drained after the takeover (%d before, %d after): the standby applied nothing", before, after)
+	}
+	assertUsersKeptEverything(t, clients, obs, 0)
 }

@@ -117,8 +117,9 @@ func (e *Env) Pods(ctx context.Context) []PodView {
 	if err := e.Cluster.Client.List(ctx, &pods, client.InNamespace(Namespace), client.MatchingLabels{"app": "web"}); err != nil {
 		return nil
 	}
-	states := make([]map[netip.AddrPort]plan.State, len(e.HAProxy))
-	for i, h := range e.HAProxy {
+	lbs := e.haproxies()
+	states := make([]map[netip.AddrPort]plan.State, len(lbs))
+	for i, h := range lbs {
 		if inst, err := haproxy.New(h.Address(), time.Second); err == nil {
 			states[i], _ = inst.Servers(ctx, "shop")
 		}
@@ -398,6 +399,7 @@ type DrainRecord struct {
 	Deleted, Seen, Drained time.Time
 	Gone, RemovedFromLB    time.Time
 	ServerDroppedEarly     bool // its server left an instance while the pod still existed
+	Undrained              bool // its server was active again on an instance after it drained everywhere
 	// With NGINX Plus emulators: when it was first seen with drain: true on
 	// every emulator, whether its server left one while the pod existed,
 	// and when it was gone from all.
@@ -443,7 +445,7 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 	// sample during which an instance was killed is left out).
 	began := time.Now()
 	var states []map[netip.AddrPort]plan.State
-	for _, h := range e.HAProxy {
+	for _, h := range e.haproxies() {
 		if !ready(h.ReadyURL()) {
 			continue
 		}
@@ -500,6 +502,9 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 			}
 			if st != plan.Draining {
 				all = false
+			}
+			if ok && st == plan.Active && !r.Drained.IsZero() {
+				r.Undrained = true
 			}
 		}
 		if all && r.Drained.IsZero() {

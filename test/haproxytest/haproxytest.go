@@ -3,7 +3,8 @@
 // configuration (manifests/samples/haproxy/haproxy.cfg) is: master-worker
 // with a master CLI, a server-state-file loaded on reload, slots that
 // take their address back from it, and a readiness frontend that answers
-// 200 only once the controller has set its marker.
+// 200 only while the controller's marker is set and was confirmed in the
+// last 5 seconds.
 package haproxytest
 
 import (
@@ -144,8 +145,10 @@ frontend www
     default_backend %s
 frontend ready
     bind 127.0.0.1:%d
-    http-request return status 200 content-type text/plain string filled if { str(filled),map(%s) -m found }
-    http-request return status 503 content-type text/plain string "not filled yet"
+    http-request set-var(txn.filled) str(filled),map(%s,0)
+    http-request set-var(txn.age) date,sub(txn.filled)
+    http-request return status 200 content-type text/plain string filled if { var(txn.filled) -m int gt 0 } { var(txn.age) -m int le 5 }
+    http-request return status 503 content-type text/plain string "not filled yet, or no controller for 5 s"
 `, h.Socket, h.StateFile, h.Port, backends[0].Name, h.ReadyPort, h.ReadyMap)
 	for _, be := range backends {
 		fmt.Fprintf(&b, `backend %s

@@ -58,6 +58,25 @@ func Start(log, bin string, args ...string) (*Proc, error) {
 }
 
 // Stop sends SIGTERM, then SIGKILL after 5 s, and waits. It is safe to call
+// Kill ends the process with SIGKILL, as a crash or an OOM kill, and
+// waits. Stop afterwards does nothing.
+func (p *Proc) Kill() {
+	p.once.Do(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	})
+}
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Pid is the process ID, for reading its /proc entries.
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 

@@ -61,9 +61,10 @@ type Instance struct {
 }
 
 var (
-	_ backend.Instance = (*Instance)(nil)
-	_ backend.Prober   = (*Instance)(nil)
-	_ backend.Marker   = (*Instance)(nil)
+	_ backend.Instance    = (*Instance)(nil)
+	_ backend.Prober      = (*Instance)(nil)
+	_ backend.Marker      = (*Instance)(nil)
+	_ backend.Heartbeater = (*Instance)(nil)
 )
 
 // Option sets an instance option.
@@ -353,7 +354,7 @@ func (h *Instance) MarkFilled(ctx context.Context, id string) error {
 	if h.readyMap == "" {
 		return nil
 	}
-	outs, err := h.run(ctx, []string{"show info", "del map " + h.readyMap + " " + markerKey, "add map " + h.readyMap + " " + markerKey + " 1"})
+	outs, err := h.run(ctx, []string{"show info", "del map " + h.readyMap + " " + markerKey, "add map " + h.readyMap + " " + markerKey + " " + now()})
 	if err != nil {
 		return err
 	}
@@ -374,8 +375,32 @@ func (h *Instance) MarkFilled(ctx context.Context, id string) error {
 	return nil
 }
 
-// markerKey is the key MarkFilled sets in the ready map.
+// markerKey is the key MarkFilled sets in the ready map. Its value is
+// the Unix time of the last confirmation (MarkFilled, then Heartbeat):
+// the sample configuration's readiness frontend also refuses a marker
+// older than a few seconds, so that an instance no controller can reach
+// any more leaves rotation instead of routing with stale servers.
 const markerKey = "filled"
+
+func now() string { return strconv.FormatInt(time.Now().Unix(), 10) }
+
+// Heartbeat refreshes the marker's time on the process answering, if it
+// carries one (`set map` changes an existing key only: a process that
+// was never marked filled stays unmarked). Every controller replica calls
+// it, the standby too, so that a leader hand-over never ages a marker out.
+func (h *Instance) Heartbeat(ctx context.Context) error {
+	if h.readyMap == "" {
+		return nil
+	}
+	outs, err := h.run(ctx, []string{"set map " + h.readyMap + " " + markerKey + " " + now()})
+	if err != nil {
+		return err
+	}
+	if out := strings.TrimSpace(outs[0]); out != "" && !strings.Contains(out, "not found") {
+		return fmt.Errorf("haproxy %s: set map %s: %s", h.id, h.readyMap, out)
+	}
+	return nil
+}
 
 // Info reads `show info` fields (Pid, Uptime_sec, …), for restart
 // detection and diagnostics.

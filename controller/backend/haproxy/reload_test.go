@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -202,11 +203,33 @@ func TestMarkFilledGatesReadiness(t *testing.T) {
 	if got := ready(); got != http.StatusOK {
 		t.Fatalf("after the marker readiness is %d, want 200", got)
 	}
+	// A marker no controller confirmed for more than 5 s is refused; a
+	// heartbeat brings it back.
+	stale := strconv.FormatInt(time.Now().Unix()-10, 10)
+	if err := h.Command(ctx, "set map "+h.ReadyMap+" filled "+stale); err != nil {
+		t.Fatal(err)
+	}
+	if got := ready(); got != http.StatusServiceUnavailable {
+		t.Fatalf("with a marker 10 s old readiness is %d, want 503", got)
+	}
+	if err := i.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := ready(); got != http.StatusOK {
+		t.Fatalf("after a heartbeat readiness is %d, want 200", got)
+	}
 	if err := i.Reload(ctx, h.MasterAddress(), h.StateFile); err != nil {
 		t.Fatalf("%v\n%s", err, h.Log())
 	}
 	if got := ready(); got != http.StatusServiceUnavailable {
 		t.Fatalf("a reloaded process answers readiness %d before it is marked, want 503", got)
+	}
+	// A heartbeat never marks a process that was not filled.
+	if err := i.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := ready(); got != http.StatusServiceUnavailable {
+		t.Fatalf("a heartbeat marked an unmarked process: readiness %d, want 503", got)
 	}
 	if err := h.Restart(); err != nil {
 		t.Fatal(err)

@@ -57,6 +57,11 @@ test: deps k8s-bins ## Unit, integration and end-to-end tests (-race) on a real 
 	@# HAProxy pairs at once on 2 cores starve readiness probes.
 	STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" $(GO) test -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
+.PHONY: soak
+soak: deps k8s-bins ## Chaos soak: sticky users, rollouts and random faults for DURATION (default 30m; make test runs 2m).
+	set -o pipefail; STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" STICKYDRAIN_SOAK_DURATION="$${DURATION:-30m}" \
+	  $(GO) test -race -count=1 -run '^TestSoak$$' -v -timeout 0 ./test/e2e/ 2>&1 | grep -v 'podhost: ' | tee soak.log | grep -E '^(---|===|ok|FAIL)|soak|users:|injected|problem|sessions'
+
 .PHONY: test-unit
 test-unit: ## Only the tests that need no control plane (-short).
 	$(GO) test -race -short -count=1 $(PKGS)

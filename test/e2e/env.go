@@ -57,7 +57,8 @@ type Env struct {
 	// Controllers are the controller replicas, in start order.
 	Controllers []*Controller
 
-	controllerDirs []string
+	controllerDirs       []string
+	controllerKubeconfig string
 
 	log      func(string, ...any)
 	plusURLs []string
@@ -357,6 +358,7 @@ func (e *Env) startController(ctx context.Context, bin string, replicas int) err
 	if err != nil {
 		return err
 	}
+	e.controllerKubeconfig = kubeconfig
 	for i := 0; i < max(1, replicas); i++ {
 		dir := e.Dir
 		if i > 0 {

@@ -37,7 +37,7 @@ func (e *Env) frontTargets() []tcpfront.Target {
 // procedure: `stickydrain-haproxy reload` saves the server state and asks
 // the master to reload.
 func (e *Env) ReloadHAProxy(ctx context.Context, i int) error {
-	h := e.HAProxy[i]
+	h := e.haproxies()[i]
 	out, err := exec.CommandContext(ctx, e.built["controller/cmd/stickydrain-haproxy"], "reload",
 		"--runtime", h.Address(), "--master", h.MasterAddress(), "--state-file", h.StateFile).CombinedOutput()
 	if err != nil {
@@ -52,10 +52,11 @@ func (e *Env) ReloadHAProxy(ctx context.Context, i int) error {
 // (the pod turns NotReady), and it must take no traffic until the
 // controller has filled it.
 func (e *Env) RestartHAProxy(i int) error {
+	h := e.haproxies()[i]
 	e.noteKill()
-	e.HAProxy[i].Kill()
-	e.Front.MarkDown(fmt.Sprintf("127.0.0.1:%d", e.HAProxy[i].Port))
-	return e.HAProxy[i].Start()
+	h.Kill()
+	e.Front.MarkDown(fmt.Sprintf("127.0.0.1:%d", h.Port))
+	return h.Start()
 }
 
 // noteKill records that a process in the users' path is being killed
@@ -81,7 +82,7 @@ func (e *Env) killedDuring(from, to time.Time) bool {
 // InstanceReady reports whether HAProxy instance i's readiness check
 // passes now (it holds the controller's marker).
 func (e *Env) InstanceReady(i int) bool {
-	return e.Front.Healthy()[fmt.Sprintf("127.0.0.1:%d", e.HAProxy[i].Port)]
+	return e.Front.Healthy()[fmt.Sprintf("127.0.0.1:%d", e.haproxies()[i].Port)]
 }
 
 // filled reports whether HAProxy instance i holds a server for every pod
@@ -152,7 +153,7 @@ func linkControllerSocket(h *haproxytest.HAProxy) error {
 // (connections fail, as through a partition) while the instance keeps
 // serving users, then joins them again.
 func (e *Env) PartitionHAProxy(i int, d time.Duration) error {
-	h := e.HAProxy[i]
+	h := e.haproxies()[i]
 	if err := os.Remove(controllerSocket(h)); err != nil {
 		return err
 	}
@@ -168,9 +169,33 @@ func (e *Env) Leader() int {
 			continue
 		}
 		b, err := os.ReadFile(c.Log)
-		if err == nil && strings.Contains(string(b), "successfully acquired lease") {
+		if err == nil && strings.Contains(strings.ToLower(string(b)), "successfully acquired lease") {
 			return i
 		}
 	}
 	return -1
+}
+
+// KillLeader kills the controller replica holding the Lease with SIGKILL
+// and starts a new replica in its place (as its Deployment would), which
+// joins as a standby. It returns when the new replica is ready.
+func (e *Env) KillLeader(ctx context.Context) error {
+	i := e.Leader()
+	if i < 0 {
+		return fmt.Errorf("no controller leads")
+	}
+	e.Controllers[i].Kill()
+	// A new replica, in a fresh directory so that its log starts empty.
+	dir := filepath.Join(e.Dir, fmt.Sprintf("controller-r%d", len(e.controllerDirs)+1))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	c, err := StartController(ctx, e.built["controller"], e.controllerKubeconfig, dir, e.controllerConfig(), "--leader-elect", "--leader-election-namespace", "stickydrain-system")
+	if err != nil {
+		return err
+	}
+	e.procs = append(e.procs, c.Proc)
+	e.Controllers[i] = c
+	e.controllerDirs = append(e.controllerDirs, dir)
+	return nil
 }

@@ -192,6 +192,7 @@ type Clients struct {
 	wg       sync.WaitGroup
 	idle     time.Duration
 	problems []string
+	probAt   []time.Time          // when each problem (misroute, error) was seen
 	lastEnd  map[string]time.Time // pod → when its latest session ended
 }
 
@@ -258,8 +259,16 @@ func (c *Clients) note(f func(*Stats)) {
 	c.mu.Unlock()
 }
 
+// ProblemTimes are when each misroute or error was seen.
+func (c *Clients) ProblemTimes() []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Time(nil), c.probAt...)
+}
+
 func (c *Clients) problem(format string, args ...any) {
 	c.mu.Lock()
+	c.probAt = append(c.probAt, time.Now())
 	if len(c.problems) < 50 {
 		c.problems = append(c.problems, fmt.Sprintf(format, args...))
 	}

@@ -187,6 +187,14 @@ func (h *HAProxy) start() error {
 	if err := h.cmd.Start(); err != nil {
 		return fmt.Errorf("starting haproxy: %w", err)
 	}
+	// Instead of Pdeathsig, a watchdog ends the group if this process dies
+	// (a test killed or timed out), and ends itself with the group.
+	pg := h.cmd.Process.Pid
+	wd := exec.Command("sh", "-c", fmt.Sprintf("while kill -0 %d 2>/dev/null && kill -0 -%d 2>/dev/null; do sleep 1; done; kill -KILL -%d 2>/dev/null", os.Getpid(), pg, pg))
+	wd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := wd.Start(); err == nil {
+		go func() { _ = wd.Wait() }()
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		// Both the worker's Runtime API and the master's CLI accept.

@@ -1,0 +1,127 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSoak is the chaos soak (`make soak`; `make test` runs it for two
+// minutes): steady sticky users, a rolling update every 30 s, and the
+// faults of the load balancers' and the controller's life injected at
+// random times — HAProxy reloads with the shipped procedure, HAProxy
+// crashes (SIGKILL, restarted empty), a 5–20 s partition of one instance
+// from the controller, the leading controller killed with SIGKILL (a new
+// replica started in its place), an NGINX Plus API emulator restart (with
+// its state file). It reports, per fault type, how many were injected and
+// what the users saw while each was the latest fault; the promises are
+// those of every e2e test: zero misrouted, zero failed requests (but those
+// in flight through a killed process, counted apart), every session kept.
+//
+// STICKYDRAIN_SOAK_DURATION sets the length (default 2m);
+// STICKYDRAIN_SOAK_SEED the faults' order (default: the clock).
+func TestSoak(t *testing.T) {
+	duration := 2 * time.Minute
+	if v := os.Getenv("STICKYDRAIN_SOAK_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("STICKYDRAIN_SOAK_DURATION=%q: want a duration such as 30m", v)
+		}
+		duration = d
+	}
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("STICKYDRAIN_SOAK_SEED"); v != "" {
+		if _, err := fmt.Sscan(v, &seed); err != nil {
+			t.Fatalf("STICKYDRAIN_SOAK_SEED=%q: want a number", v)
+		}
+	}
+	t.Logf("soak for %v, seed %d (STICKYDRAIN_SOAK_SEED=%d repeats this order of faults)", duration, seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	ctx, cancel := context.WithTimeout(context.Background(), duration+8*time.Minute)
+	defer cancel()
+	env, err := Start(ctx, Options{Log: t.Logf, ControllerReplicas: 2, NGINXPlus: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	clients, obs := startRollout(t, ctx, env)
+	version := 2
+
+	type fault struct {
+		name string
+		do   func() error
+	}
+	faults := []fault{
+		{"haproxy-reload", func() error { return env.ReloadHAProxy(ctx, rng.IntN(len(env.HAProxy))) }},
+		{"haproxy-crash", func() error { return env.RestartHAProxy(rng.IntN(len(env.HAProxy))) }},
+		{"partition", func() error {
+			i, d := rng.IntN(len(env.HAProxy)), time.Duration(5+rng.IntN(16))*time.Second
+			go func() { _ = env.PartitionHAProxy(i, d) }()
+			return nil
+		}},
+		{"leader-kill", func() error { return env.KillLeader(ctx) }},
+		{"nginx-plus-restart", func() error { env.NGINXPlus[rng.IntN(len(env.NGINXPlus))].Restart(); return nil }},
+	}
+	type record struct {
+		name string
+		at   time.Time
+	}
+	var injected []record
+	end := time.Now().Add(duration)
+	nextRollout := time.Now().Add(30 * time.Second)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		wait := time.Duration(4+rng.IntN(8)) * time.Second
+		time.Sleep(min(wait, time.Until(end)))
+		if !time.Now().Before(end) {
+			break
+		}
+		f := faults[rng.IntN(len(faults))]
+		injected = append(injected, record{f.name, time.Now()})
+		if err := f.do(); err != nil {
+			t.Errorf("injecting %s: %v", f.name, err)
+		}
+		if time.Now().After(nextRollout) && env.RolloutDone(ctx, fmt.Sprintf("v%d", version), 3) {
+			version++
+			clients.RolloutStarted()
+			if err := env.Rollout(ctx, fmt.Sprintf("v%d", version)); err != nil {
+				t.Fatal(err)
+			}
+			nextRollout = time.Now().Add(30 * time.Second)
+		}
+	}
+	time.Sleep(20 * time.Second) // the last partition ends
+	waitUntil(t, ctx, "the last rollout", func() bool { return env.RolloutDone(ctx, fmt.Sprintf("v%d", version), 3) })
+	clients.StopNewSessions()
+	settle(ctx, obs, true)
+
+	// Per fault type: how many, and the problems the users met while it
+	// was the latest fault.
+	count := map[string]int{}
+	for _, r := range injected {
+		count[r.name]++
+	}
+	problems := map[string]int{}
+	for _, p := range clients.ProblemTimes() {
+		name := "before any fault"
+		for _, r := range injected {
+			if !r.at.After(p) {
+				name = r.name
+			}
+		}
+		problems[name]++
+	}
+	var rows []string
+	for _, f := range faults {
+		rows = append(rows, fmt.Sprintf("%-20s injected %3d   problems while latest %d", f.name, count[f.name], problems[f.name]))
+	}
+	sort.Strings(rows)
+	s := clients.Stats()
+	t.Logf("soak: %v, %d rollouts, %d faults\n%s\nusers: %d requests, %d sessions, %d kept, %d misrouted, %d errors, %d in flight at a kill",
+		duration, version-1, len(injected), strings.Join(rows, "\n"), s.Requests, s.Sessions, s.SessionsKept, s.Misrouted, s.Errors, s.InFlightAtKill)
+	assertUsersKeptEverything(t, clients, obs, 3*count["haproxy-crash"])
+}

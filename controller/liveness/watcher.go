@@ -151,7 +151,8 @@ func (w *Watcher) count(lb, result string) {
 // leader hand-over must not let it age out.
 type Heartbeat struct {
 	Instances func(ctx context.Context) (map[string][]backend.Instance, error)
-	// Every is the interval; 0 means 1s.
+	// Every is the interval; 0 means 500ms (the sample configuration
+	// refuses a marker older than 2 s).
 	Every time.Duration
 	Log   logr.Logger
 }
@@ -163,7 +164,7 @@ func (h *Heartbeat) NeedLeaderElection() bool { return false }
 func (h *Heartbeat) Start(ctx context.Context) error {
 	every := h.Every
 	if every <= 0 {
-		every = time.Second
+		every = 500 * time.Millisecond
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -182,7 +181,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(r.watcher); err != nil {
 		return fmt.Errorf("adding the instance watcher: %w", err)
 	}
-	if err := mgr.Add(&liveness.Heartbeat{Instances: lifecycle{r}.Instances, Every: r.ProbeEvery, Log: mgr.GetLogger().WithName("heartbeat")}); err != nil {
+	if err := mgr.Add(&liveness.Heartbeat{Instances: lifecycle{r}.Instances, Every: r.ProbeEvery / 2, Log: mgr.GetLogger().WithName("heartbeat")}); err != nil {
 		return fmt.Errorf("adding the marker heartbeat: %w", err)
 	}
 	// Services by the upstreams they map, so that deciding who owns an
@@ -386,49 +385,6 @@ func (r *Reconciler) lb(name string) *config.LoadBalancer {
 		}
 	}
 	return nil
-}
-
-// instancesOf lists a load balancer's instances: its static addresses, or
-// the ready endpoints of its instance Service.
-func (r *Reconciler) instancesOf(ctx context.Context, lb *config.LoadBalancer) ([]backend.Instance, error) {
-	addrs := lb.Instances.Static
-	if s := lb.Instances.Service; s != nil {
-		var slices discoveryv1.EndpointSliceList
-		if err := r.Client.List(ctx, &slices, client.InNamespace(s.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: s.Name}); err != nil {
-			return nil, err
-		}
-		// Every endpoint, ready or not, terminating or not: a new replica is
-		// filled before it may become ready, and one that is shutting down
-		// still serves its open connections.
-		eps, err := endpoints.Desired(slices.Items, s.Port, endpoints.Options{DrainNotReady: true, KeepDrainingWhenNotServing: true})
-		if err != nil {
-			return nil, fmt.Errorf("load balancer %s: instances of Service %s/%s: %w", lb.Name, s.Namespace, s.Name, err)
-		}
-		addrs = nil
-		for a := range eps {
-			if lb.Type == config.TypeHAProxy {
-				addrs = append(addrs, "tcp://"+a.String())
-			} else {
-				addrs = append(addrs, "http://"+a.String()+"/api")
-			}
-		}
-		sort.Strings(addrs)
-	}
-	var out []backend.Instance
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, a := range addrs {
-		inst, ok := r.instances[a]
-		if !ok {
-			var err error
-			if inst, err = r.Factory(*lb, a); err != nil {
-				return nil, err
-			}
-			r.instances[a] = inst
-		}
-		out = append(out, inst)
-	}
-	return out, nil
 }
 
 // instanceOutcome is how one upstream's pass went on one instance: the

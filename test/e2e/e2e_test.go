@@ -278,6 +278,19 @@ func TestRolloutAlsoDrainsOnNGINXPlus(t *testing.T) {
 	if err := env.Rollout(ctx, "v2"); err != nil {
 		t.Fatal(err)
 	}
+	// Mid-drain, an emulator restarts; with its state file (as the sample
+	// nginx.conf requires) it keeps every server and drain: the observer
+	// would see a server dropped early otherwise.
+	waitUntil(t, ctx, "an old pod draining on both emulators", func() bool {
+		for _, r := range obs.Records() {
+			if !r.PlusDrained.IsZero() && r.Gone.IsZero() {
+				return true
+			}
+		}
+		return false
+	})
+	env.NGINXPlus[1].Restart()
+	t.Log("NGINX Plus API emulator 2 restarted mid-drain (with its state file)")
 	waitUntil(t, ctx, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
 	clients.StopNewSessions()
 	settle(ctx, obs, true)

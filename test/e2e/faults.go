@@ -123,16 +123,16 @@ func (e *Env) AddHAProxy() (int, error) {
 }
 
 // RemoveHAProxy scales instance i away as a Service would: out of the
-// front first (its endpoint goes), then stopped once its open requests
-// are done, then out of the controller's configuration.
+// front first (its endpoint goes), then stopped gracefully (SIGUSR1, the
+// official image's STOPSIGNAL: open connections finish), then out of the
+// controller's configuration.
 func (e *Env) RemoveHAProxy(i int) error {
 	e.lbMu.Lock()
 	h := e.HAProxy[i]
 	e.HAProxy = append(e.HAProxy[:i:i], e.HAProxy[i+1:]...)
 	e.lbMu.Unlock()
 	e.Front.SetTargets(e.frontTargets())
-	time.Sleep(time.Second) // requests already sent to it finish
-	h.Stop()
+	h.SoftStop(10 * time.Second) // as its pod stops: open requests finish
 	return e.writeControllerConfig()
 }
 

@@ -60,17 +60,39 @@ func TestRolloutSurvivesHAProxyReloadsAndACrash(t *testing.T) {
 	assertUsersKeptEverything(t, clients, obs, 3)
 }
 
+// window is a span in which misroutes are allowed: a partitioned
+// instance routing with what it had until its marker aged out.
+type window struct{ from, to time.Time }
+
 // assertUsersKeptEverything is what every fault test asserts from the
-// users' side.
-func assertUsersKeptEverything(t *testing.T, clients *Clients, obs *Observer, maxInFlight int) {
+// users' side: no failed request (but maxInFlight in flight through a
+// killed process), no misrouted request outside the fencing windows, every
+// session kept but those misrouted in a window, no new session or
+// re-login on a draining pod, and every drain as it should be.
+func assertUsersKeptEverything(t *testing.T, clients *Clients, obs *Observer, maxInFlight int, fencing ...window) {
 	t.Helper()
-	s := clients.Stats()
-	t.Logf("clients: %+v", s)
-	for _, p := range clients.Problems() {
-		t.Errorf("problem: %s", p)
+	var inWindow, outside int
+	for _, at := range clients.MisrouteTimes() {
+		in := false
+		for _, w := range fencing {
+			in = in || (!at.Before(w.from) && !at.After(w.to))
+		}
+		if in {
+			inWindow++
+		} else {
+			outside++
+		}
 	}
-	if s.Misrouted != 0 || s.Errors != 0 || s.SessionsKept != s.Sessions {
-		t.Errorf("sessions: %d ended, %d kept; %d misrouted, %d errors", s.Sessions, s.SessionsKept, s.Misrouted, s.Errors)
+	s := clients.Stats()
+	t.Logf("clients: %+v; misrouted in a fencing window: %d", s, inWindow)
+	for _, p := range clients.Problems() {
+		t.Logf("problem: %s", p)
+	}
+	if s.Errors != 0 || outside != 0 {
+		t.Errorf("%d failed requests, %d misrouted (outside any fencing window)", s.Errors, outside)
+	}
+	if lost := s.Sessions - s.SessionsKept; lost > inWindow {
+		t.Errorf("sessions: %d ended, %d kept: more lost than the %d requests misrouted in a fencing window", s.Sessions, s.SessionsKept, inWindow)
 	}
 	if s.NewOnDraining != 0 || s.ReloginsOnDraining != 0 {
 		t.Errorf("%d new sessions and %d re-logins landed on a draining pod", s.NewOnDraining, s.ReloginsOnDraining)
@@ -78,6 +100,13 @@ func assertUsersKeptEverything(t *testing.T, clients *Clients, obs *Observer, ma
 	if s.InFlightAtKill > maxInFlight {
 		t.Errorf("%d requests failed in flight through a killed process; want at most %d", s.InFlightAtKill, maxInFlight)
 	}
+	assertDrains(t, obs)
+}
+
+// assertDrains: every old pod drained on every instance in rotation,
+// never dropped early nor active again, removed only once gone.
+func assertDrains(t *testing.T, obs *Observer) {
+	t.Helper()
 	for _, d := range obs.Records() {
 		if d.Drained.IsZero() || d.ServerDroppedEarly || d.Undrained {
 			t.Errorf("%s: drained %v, dropped early from an instance in rotation %v, active again after its drain %v", d.Pod, d.Drained, d.ServerDroppedEarly, d.Undrained)
@@ -141,10 +170,14 @@ func finishRollout(t *testing.T, ctx context.Context, env *Env, clients *Clients
 }
 
 // TestRolloutSurvivesAPartitionAndHAProxyScaling: mid-drain, the
-// controller loses instance 1's Runtime API for 20 s (the instance keeps
-// serving users), a third instance is added (it must take no user before
-// it is filled) and instance 1 is scaled away. The others keep
-// converging meanwhile, the partitioned one converges when it returns.
+// controller loses instance 1's Runtime API for 20 s while the instance
+// keeps serving users; a third instance is added (it must take no user
+// before it is filled) and instance 1 is scaled away. The partitioned
+// instance must leave rotation once its marker ages out (2 s); misroutes
+// are allowed only before that (it routes with what it had: a pod that
+// became ready meanwhile is unknown to it), never after, and no request
+// may fail. The others keep converging; the partitioned one converges
+// when it returns.
 func TestRolloutSurvivesAPartitionAndHAProxyScaling(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -155,8 +188,20 @@ func TestRolloutSurvivesAPartitionAndHAProxyScaling(t *testing.T) {
 	defer env.Stop()
 	clients, obs := startRollout(t, ctx, env)
 
+	// The partitioned instance leaves rotation once its marker is 2 s
+	// old; until then it routes with what it had, so a user bound to a pod
+	// that became ready meanwhile may be sent elsewhere by it. Misroutes
+	// are allowed in that window only, and the window must close.
+	cut := time.Now()
 	partitioned := make(chan error, 1)
 	go func() { partitioned <- env.PartitionHAProxy(0, 20*time.Second) }()
+	fenced := make(chan time.Time, 1)
+	go func() {
+		for ctx.Err() == nil && env.InstanceReady(0) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		fenced <- time.Now()
+	}()
 	added, err := env.AddHAProxy()
 	if err != nil {
 		t.Fatal(err)
@@ -174,6 +219,11 @@ func TestRolloutSurvivesAPartitionAndHAProxyScaling(t *testing.T) {
 	}
 	waitUntil(t, ctx, "the added instance in rotation", func() bool { return env.InstanceReady(added) })
 	t.Logf("added instance in rotation %v after it started (the controller reads its configuration every 5 s)", time.Since(since).Round(time.Millisecond))
+	fencedAt := <-fenced
+	t.Logf("the partitioned instance left rotation %v after the cut", fencedAt.Sub(cut).Round(10*time.Millisecond))
+	if d := fencedAt.Sub(cut); d > 3*time.Second {
+		t.Errorf("the partitioned instance stayed in rotation %v; its marker ages out after 2 s", d)
+	}
 	if err := <-partitioned; err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +233,7 @@ func TestRolloutSurvivesAPartitionAndHAProxyScaling(t *testing.T) {
 		t.Fatal(err)
 	}
 	finishRollout(t, ctx, env, clients, obs)
-	assertUsersKeptEverything(t, clients, obs, 0)
+	assertUsersKeptEverything(t, clients, obs, 0, window{cut, fencedAt.Add(500 * time.Millisecond)})
 }
 
 // TestRolloutSurvivesALeaderCrash: two controller replicas; mid-drain the

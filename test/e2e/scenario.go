@@ -193,6 +193,7 @@ type Clients struct {
 	idle     time.Duration
 	problems []string
 	probAt   []time.Time          // when each problem (misroute, error) was seen
+	misAt    []time.Time          // when each misroute was seen
 	lastEnd  map[string]time.Time // pod → when its latest session ended
 }
 
@@ -257,6 +258,20 @@ func (c *Clients) note(f func(*Stats)) {
 	c.mu.Lock()
 	f(&c.stats)
 	c.mu.Unlock()
+}
+
+// MisrouteTimes are when each misrouted request was seen.
+func (c *Clients) MisrouteTimes() []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Time(nil), c.misAt...)
+}
+
+func (c *Clients) misroute(format string, args ...any) {
+	c.mu.Lock()
+	c.misAt = append(c.misAt, time.Now())
+	c.mu.Unlock()
+	c.problem(format, args...)
 }
 
 // ProblemTimes are when each misroute or error was seen.
@@ -348,7 +363,7 @@ func (c *Clients) user(ctx context.Context, id int) {
 			case code == 401 || r.Pod != owner:
 				kept = false
 				c.note(func(s *Stats) { s.Misrouted++ })
-				c.problem("user %d: session of %s answered by %s (status %d)", id, owner, r.Pod, code)
+				c.misroute("user %d: session of %s answered by %s (status %d)", id, owner, r.Pod, code)
 			}
 		}
 		// Two in three log out; the others walk away and let it idle out.
@@ -365,7 +380,7 @@ func (c *Clients) user(ctx context.Context, id int) {
 			case err != nil || code != 200 || r.Pod != owner:
 				kept = false
 				c.note(func(s *Stats) { s.Misrouted++ })
-				c.problem("user %d: logout of %s answered by %s (status %d, %v)", id, owner, r.Pod, code, err)
+				c.misroute("user %d: logout of %s answered by %s (status %d, %v)", id, owner, r.Pod, code, err)
 			}
 			lastLogoutDraining = !inFlight && c.obs.DrainedBefore(owner, loggedOut)
 			if err == nil && code == 200 && r.Pod == owner {

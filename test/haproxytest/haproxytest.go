@@ -4,7 +4,7 @@
 // with a master CLI, a server-state-file loaded on reload, slots that
 // take their address back from it, and a readiness frontend that answers
 // 200 only while the controller's marker is set and was confirmed in the
-// last 5 seconds.
+// last 2 seconds.
 package haproxytest
 
 import (
@@ -146,9 +146,9 @@ frontend www
 frontend ready
     bind 127.0.0.1:%d
     http-request set-var(txn.filled) str(filled),map(%s,0)
-    http-request set-var(txn.age) date,sub(txn.filled)
-    http-request return status 200 content-type text/plain string filled if { var(txn.filled) -m int gt 0 } { var(txn.age) -m int le 5 }
-    http-request return status 503 content-type text/plain string "not filled yet, or no controller for 5 s"
+    http-request set-var(txn.age) date(0,ms),sub(txn.filled)
+    http-request return status 200 content-type text/plain string filled if { var(txn.filled) -m int gt 0 } { var(txn.age) -m int le 2000 }
+    http-request return status 503 content-type text/plain string "not filled yet, or no controller for 2 s"
 `, h.Socket, h.StateFile, h.Port, backends[0].Name, h.ReadyPort, h.ReadyMap)
 	for _, be := range backends {
 		fmt.Fprintf(&b, `backend %s
@@ -248,6 +248,25 @@ func (h *HAProxy) Stop() {
 		_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
 		_ = h.cmd.Wait()
 	}
+}
+
+// SoftStop asks the master to stop gracefully (SIGUSR1, the official
+// image's STOPSIGNAL): the workers stop listening, finish their open
+// connections and exit. After within, whatever is left is killed.
+func (h *HAProxy) SoftStop(within time.Duration) {
+	if h.cmd == nil || h.cmd.Process == nil || h.cmd.ProcessState != nil {
+		return
+	}
+	_ = h.cmd.Process.Signal(syscall.SIGUSR1)
+	done := make(chan struct{})
+	go func() { _ = h.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(within):
+		_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+	_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL) // any worker left
 }
 
 // Log is what the master and its workers printed.

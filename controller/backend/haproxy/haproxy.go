@@ -376,13 +376,13 @@ func (h *Instance) MarkFilled(ctx context.Context, id string) error {
 }
 
 // markerKey is the key MarkFilled sets in the ready map. Its value is
-// the Unix time of the last confirmation (MarkFilled, then Heartbeat):
+// the Unix time in milliseconds of the last confirmation (MarkFilled, then Heartbeat):
 // the sample configuration's readiness frontend also refuses a marker
 // older than a few seconds, so that an instance no controller can reach
 // any more leaves rotation instead of routing with stale servers.
 const markerKey = "filled"
 
-func now() string { return strconv.FormatInt(time.Now().Unix(), 10) }
+func now() string { return strconv.FormatInt(time.Now().UnixMilli(), 10) }
 
 // Heartbeat refreshes the marker's time on the process answering, if it
 // carries one (`set map` changes an existing key only: a process that

@@ -203,7 +203,7 @@ func TestMarkFilledGatesReadiness(t *testing.T) {
 	if got := ready(); got != http.StatusOK {
 		t.Fatalf("after the marker readiness is %d, want 200", got)
 	}
-	// A marker no controller confirmed for more than 5 s is refused; a
+	// A marker no controller confirmed for more than 2 s is refused; a
 	// heartbeat brings it back.
 	stale := strconv.FormatInt(time.Now().Unix()-10, 10)
 	if err := h.Command(ctx, "set map "+h.ReadyMap+" filled "+stale); err != nil {

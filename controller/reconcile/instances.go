@@ -1,0 +1,57 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/stickydrain/stickydrain/controller/backend"
+	"github.com/stickydrain/stickydrain/controller/config"
+	endpoints "github.com/stickydrain/stickydrain/controller/source"
+)
+
+// instancesOf lists a load balancer's instances: its static addresses, or
+// the ready endpoints of its instance Service.
+func (r *Reconciler) instancesOf(ctx context.Context, lb *config.LoadBalancer) ([]backend.Instance, error) {
+	addrs := lb.Instances.Static
+	if s := lb.Instances.Service; s != nil {
+		var slices discoveryv1.EndpointSliceList
+		if err := r.Client.List(ctx, &slices, client.InNamespace(s.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: s.Name}); err != nil {
+			return nil, err
+		}
+		// Every endpoint, ready or not, terminating or not: a new replica is
+		// filled before it may become ready, and one that is shutting down
+		// still serves its open connections.
+		eps, err := endpoints.Desired(slices.Items, s.Port, endpoints.Options{DrainNotReady: true, KeepDrainingWhenNotServing: true})
+		if err != nil {
+			return nil, fmt.Errorf("load balancer %s: instances of Service %s/%s: %w", lb.Name, s.Namespace, s.Name, err)
+		}
+		addrs = nil
+		for a := range eps {
+			if lb.Type == config.TypeHAProxy {
+				addrs = append(addrs, "tcp://"+a.String())
+			} else {
+				addrs = append(addrs, "http://"+a.String()+"/api")
+			}
+		}
+		sort.Strings(addrs)
+	}
+	var out []backend.Instance
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, a := range addrs {
+		inst, ok := r.instances[a]
+		if !ok {
+			var err error
+			if inst, err = r.Factory(*lb, a); err != nil {
+				return nil, err
+			}
+			r.instances[a] = inst
+		}
+		out = append(out, inst)
+	}
+	return out, nil
+}

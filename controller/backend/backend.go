@@ -5,6 +5,7 @@ package backend
 import (
 	"context"
 	"net/netip"
+	"time"
 
 	"github.com/stickydrain/stickydrain/controller/plan"
 )
@@ -55,6 +56,10 @@ type Marker interface {
 // any more drops out of rotation when its marker is too old.
 type Heartbeater interface {
 	// Heartbeat refreshes the marker of the process answering, if it
-	// carries one; it never marks an unmarked process.
+	// carries one confirmed recently; it never marks an unmarked process
+	// nor revives a stale marker.
 	Heartbeat(ctx context.Context) error
+	// MarkerAge is how long ago the process' marker was last confirmed;
+	// ok is false when it carries none.
+	MarkerAge(ctx context.Context) (age time.Duration, ok bool, err error)
 }

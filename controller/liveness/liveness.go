@@ -137,6 +137,16 @@ func (t *Tracker) IsMarked(id string) bool {
 	return p != nil && p.marked
 }
 
+// Reset forgets instance id's process: the next Observe sees it as new,
+// so that it is brought in step and marked again. For an instance that
+// did not answer a probe, or whose marker went stale: it may have missed
+// changes meanwhile.
+func (t *Tracker) Reset(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.inst, id)
+}
+
 // Forget drops every instance not in keep (instances no longer listed).
 func (t *Tracker) Forget(keep map[string]bool) {
 	t.mu.Lock()

@@ -38,6 +38,16 @@ type Watcher struct {
 	// ("ok", "new", "error"), and Marks each marker set.
 	Probed func(lb, result string)
 	Marks  func(lb string)
+	// StaleAfter is the marker age past which the instance is filled and
+	// marked again; 0 means 1.5s (heartbeats refresh it twice a second).
+	StaleAfter time.Duration
+}
+
+func (w *Watcher) staleAfter() time.Duration {
+	if w.StaleAfter > 0 {
+		return w.StaleAfter
+	}
+	return 1500 * time.Millisecond
 }
 
 // Start probes until ctx ends.
@@ -82,9 +92,22 @@ func (w *Watcher) Probe(ctx context.Context) {
 				defer cancel()
 				id, err := p.Identity(pctx)
 				if err != nil {
+					// It may miss changes while unreachable: when it answers
+					// again it is filled and marked again, as a new process.
+					w.Tracker.Reset(inst.ID())
 					w.count(lb, "error")
 					w.Log.V(1).Info("probing instance", "lb", lb, "instance", inst.ID(), "error", err.Error())
 					return
+				}
+				if hb, ok := inst.(backend.Heartbeater); ok && w.Tracker.IsMarked(inst.ID()) {
+					// A marker nobody confirmed for a while (a partition of
+					// the heartbeats, a stalled controller) is stale: fill and
+					// mark the process again.
+					if age, ok, err := hb.MarkerAge(pctx); err == nil && (!ok || age > w.staleAfter()) {
+						w.Log.Info("readiness marker stale or gone; bringing the instance in step before marking it again",
+							"lb", lb, "instance", inst.ID(), "age", age.String(), "present", ok)
+						w.Tracker.Reset(inst.ID())
+					}
 				}
 				before := w.Tracker.Identity(inst.ID())
 				if w.Tracker.Observe(inst.ID(), id) {

@@ -173,7 +173,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.held = map[string]int{}
 	r.renew = make(chan event.GenericEvent, 1024)
 	r.watcher = &liveness.Watcher{
-		Tracker: r.liveness, Source: lifecycle{r}, Every: r.ProbeEvery,
+		Tracker: r.liveness, Source: lifecycle{r}, Every: r.ProbeEvery, StaleAfter: haproxy.FreshFor,
 		Log:    mgr.GetLogger().WithName("liveness"),
 		Probed: func(lb, result string) { r.Metrics.probes.WithLabelValues(lb, result).Inc() },
 		Marks:  func(lb string) { r.Metrics.marks.WithLabelValues(lb).Inc() },

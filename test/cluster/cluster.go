@@ -540,3 +540,74 @@ func FindBinaries(logf func(string, ...any)) (string, error) {
 	}
 	return strings.TrimSpace(out.String()), nil
 }
+
+// RestartControlPlane stops kube-apiserver and etcd (SIGTERM, as a
+// restart would), keeps them down for down, and starts them again with
+// the same command lines — the same data directory, certificates and
+// ports — then waits until the API server is ready. Clients reconnect and
+// relist, as after a control-plane upgrade or a crash.
+func (c *Cluster) RestartControlPlane(ctx context.Context, down time.Duration) error {
+	type proc struct {
+		pid  int
+		argv []string
+	}
+	found := map[string]proc{}
+	for _, pid := range c.pids() {
+		if !alive(pid) {
+			continue
+		}
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		argv := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if name := filepath.Base(argv[0]); name == "etcd" || name == "kube-apiserver" {
+			found[name] = proc{pid, argv}
+		}
+	}
+	if len(found) != 2 {
+		return fmt.Errorf("restarting the control plane: found %d of etcd and kube-apiserver", len(found))
+	}
+	for _, name := range []string{"kube-apiserver", "etcd"} {
+		p := found[name]
+		_ = syscall.Kill(p.pid, syscall.SIGTERM)
+		deadline := time.Now().Add(30 * time.Second)
+		for alive(p.pid) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if alive(p.pid) {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+	}
+	c.logf("control plane down for %v", down)
+	time.Sleep(down)
+	for _, name := range []string{"etcd", "kube-apiserver"} {
+		p := found[name]
+		logName := map[string]string{"etcd": "etcd.log", "kube-apiserver": "kube-apiserver.log"}[name]
+		out, err := os.OpenFile(filepath.Join(c.Dir, "logs", logName), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
+		if err != nil {
+			return err
+		}
+		cmd := exec.Command(p.argv[0], p.argv[1:]...)
+		cmd.Stdout, cmd.Stderr = out, out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			out.Close()
+			return fmt.Errorf("starting %s again: %w", name, err)
+		}
+		c.appendPid(cmd.Process.Pid)
+		go func() { _ = cmd.Wait(); out.Close() }()
+	}
+	for {
+		body, err := c.Clientset.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		if err == nil && string(body) == "ok" {
+			c.logf("control plane back")
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kube-apiserver not ready again: %w (log %s)", ctx.Err(), filepath.Join(c.Dir, "logs", "kube-apiserver.log"))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

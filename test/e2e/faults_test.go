@@ -263,3 +263,26 @@ func TestRolloutSurvivesALeaderCrash(t *testing.T) {
 	}
 	assertUsersKeptEverything(t, clients, obs, 0)
 }
+
+// TestRolloutSurvivesAControlPlaneRestart: mid-drain, kube-apiserver and
+// etcd stop for 5 s and start again. The load balancers keep serving
+// what they have; when the controller's watches come back it relists,
+// and the relist removes or un-drains nothing (the observer would see a
+// server dropped early or active again); the rollout then goes on.
+func TestRolloutSurvivesAControlPlaneRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	env, err := Start(ctx, Options{Log: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	clients, obs := startRollout(t, ctx, env)
+	began := time.Now()
+	if err := env.Cluster.RestartControlPlane(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kube-apiserver ready again %v after the restart began", time.Since(began).Round(100*time.Millisecond))
+	finishRollout(t, ctx, env, clients, obs)
+	assertUsersKeptEverything(t, clients, obs, 0)
+}

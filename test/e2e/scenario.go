@@ -499,6 +499,12 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 	defer o.mu.Unlock()
 	present := map[string]bool{}
 	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			// Its containers have all exited: the EndpointSlice controller
+			// has dropped (or is dropping) its endpoint, as with a kubelet,
+			// before the Pod object goes. Gone, for the load balancers.
+			continue
+		}
 		present[p.Name] = true
 		if p.Status.PodIP != "" {
 			o.ips[p.Name] = p.Status.PodIP

@@ -142,7 +142,7 @@ func runtimeProxy(ctx context.Context, j *journal, name, listen, target string) 
 						cs = append(cs, change{instance: name, upstream: f[3], op: "read", at: at})
 					}
 				}
-				j.record(name, len(cmds), cs...)
+				j.record(livenessKey(name, strings.HasPrefix(line, "show info") || strings.HasPrefix(line, "set map")), len(cmds), cs...)
 			}()
 		}
 	}()
@@ -171,11 +171,22 @@ func emulatorServer(ctx context.Context, j *journal, name string, em *nginxplus.
 		if r.Method == http.MethodPatch && len(parts) == 7 && bytes.Contains(body, []byte(`"drain":true`)) {
 			cs = append(cs, change{instance: name, upstream: parts[4], op: "drain", at: at})
 		}
-		j.record(name, 1, cs...)
+		j.record(livenessKey(name, r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/nginx")), 1, cs...)
 	})}
 	go func() { _ = srv.Serve(ln) }()
 	go func() { <-ctx.Done(); srv.Close() }()
 	return fmt.Sprintf("http://%s/api", ln.Addr()), nil
+}
+
+// livenessKey files the controller's liveness requests (its probe each
+// second, the readiness marker's heartbeat) apart from the requests that
+// read and change servers, so that "requests per change" counts the
+// latter only; livenessRate reads them.
+func livenessKey(instance string, liveness bool) string {
+	if liveness {
+		return "liveness:" + instance
+	}
+	return instance
 }
 
 // activeHAProxyServers counts the servers of an instance that have an

@@ -74,7 +74,7 @@ func scale(ctx context.Context, dir string, logf func(string, ...any), controlle
 		return "", err
 	}
 	ctl, err := startController(ctx, c, controllerBin, dir,
-		fmt.Sprintf("loadBalancers:\n  - {name: edge, type: haproxy, instances: {static: [%q]}}\nresync: 30s\n", "unix://"+sock))
+		fmt.Sprintf("loadBalancers:\n  - {name: edge, type: haproxy, haproxy: {readyMap: %q}, instances: {static: [%q]}}\nresync: 30s\n", h.ReadyMap, "unix://"+sock))
 	if err != nil {
 		return "", err
 	}
@@ -83,7 +83,7 @@ func scale(ctx context.Context, dir string, logf func(string, ...any), controlle
 		return "", err
 	}
 
-	t := table{head: []string{"endpoints", "Services", "initial sync", "controller CPU for it", "RSS after (peak)", "idle CPU over 60 s (2 resyncs)"}}
+	t := table{head: []string{"endpoints", "Services", "initial sync", "controller CPU for it", "RSS after (peak)", "idle CPU over 60 s (2 resyncs)", "liveness requests/s at idle (probe + heartbeat)"}}
 	g := table{head: []string{"endpoints", "endpoints turning terminating (one per Service)", "update sent → drained: p50", "p99", "max", "controller CPU", "per change", "Runtime API connections per change", "tries"}}
 	terminating := make([]int, maxSvcs) // per Service: endpoints made terminating so far
 	// round turns one more endpoint terminating in each of the first n
@@ -189,7 +189,9 @@ func scale(ctx context.Context, dir string, logf func(string, ...any), controlle
 			return "", err
 		}
 		logf("scale: %d servers on HAProxy after %v; idling 60 s", want, synced.Round(time.Second))
+		j.reset()
 		time.Sleep(60 * time.Second)
+		live, _ := j.counts("liveness:haproxy-0")
 		afterIdle, err := procUsage(ctl.Pid())
 		if err != nil {
 			return "", err
@@ -197,7 +199,8 @@ func scale(ctx context.Context, dir string, logf func(string, ...any), controlle
 		idle := afterIdle.CPU - afterSync.CPU
 		t.add(fmt.Sprintf("%dk", want/1000), fmt.Sprint(nSvc), synced.Round(100*time.Millisecond).String(),
 			(afterSync.CPU - before.CPU).String(), fmt.Sprintf("%s (%s)", mib(afterSync.RSS), mib(afterSync.HWM)),
-			fmt.Sprintf("%v (%.1f %% of a core)", idle, 100*float64(idle)/float64(60*time.Second)))
+			fmt.Sprintf("%v (%.1f %% of a core)", idle, 100*float64(idle)/float64(60*time.Second)),
+			fmt.Sprintf("%.2f", float64(live)/60))
 		for _, n := range []int{10, 100, 1000} {
 			if n > nSvc {
 				break

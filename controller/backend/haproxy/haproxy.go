@@ -384,13 +384,25 @@ const markerKey = "filled"
 
 func now() string { return strconv.FormatInt(time.Now().UnixMilli(), 10) }
 
-// Heartbeat refreshes the marker's time on the process answering, if it
-// carries one (`set map` changes an existing key only: a process that
-// was never marked filled stays unmarked). Every controller replica calls
-// it, the standby too, so that a leader hand-over never ages a marker out.
+// FreshFor is how old a marker may be and still be refreshed by
+// Heartbeat: three heartbeats. One older was not confirmed for a while (a
+// partition, a stalled controller): the process may have missed changes,
+// so only MarkFilled, after a pass that brought it in step, sets it again.
+// The sample configuration refuses a marker older than 2 s.
+const FreshFor = 1500 * time.Millisecond
+
+// Heartbeat refreshes the marker's time on the process answering if it
+// carries one confirmed within FreshFor (`set map` changes an existing
+// key only: a process that was never marked filled stays unmarked). Every
+// controller replica calls it, the standby too, so that a leader
+// hand-over never ages a marker out.
 func (h *Instance) Heartbeat(ctx context.Context) error {
 	if h.readyMap == "" {
 		return nil
+	}
+	age, ok, err := h.MarkerAge(ctx)
+	if err != nil || !ok || age > FreshFor {
+		return err
 	}
 	outs, err := h.run(ctx, []string{"set map " + h.readyMap + " " + markerKey + " " + now()})
 	if err != nil {
@@ -400,6 +412,32 @@ func (h *Instance) Heartbeat(ctx context.Context) error {
 		return fmt.Errorf("haproxy %s: set map %s: %s", h.id, h.readyMap, out)
 	}
 	return nil
+}
+
+// MarkerAge reads how long ago the process' marker was last confirmed;
+// ok is false when it carries none (or no ready map is configured).
+func (h *Instance) MarkerAge(ctx context.Context) (age time.Duration, ok bool, err error) {
+	if h.readyMap == "" {
+		return 0, false, nil
+	}
+	outs, err := h.run(ctx, []string{"get map " + h.readyMap + " " + markerKey})
+	if err != nil {
+		return 0, false, err
+	}
+	out := outs[0]
+	if !strings.Contains(out, "found=yes") {
+		if strings.Contains(out, "found=no") {
+			return 0, false, nil
+		}
+		return 0, false, fmt.Errorf("haproxy %s: get map %s: %s", h.id, h.readyMap, strings.TrimSpace(out))
+	}
+	_, v, _ := strings.Cut(out, `value="`)
+	v, _, _ = strings.Cut(v, `"`)
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("haproxy %s: get map %s: marker %q is not a time in milliseconds", h.id, h.readyMap, v)
+	}
+	return time.Since(time.UnixMilli(ms)), true, nil
 }
 
 // Info reads `show info` fields (Pid, Uptime_sec, …), for restart

@@ -203,9 +203,21 @@ func TestMarkFilledGatesReadiness(t *testing.T) {
 	if got := ready(); got != http.StatusOK {
 		t.Fatalf("after the marker readiness is %d, want 200", got)
 	}
-	// A marker no controller confirmed for more than 2 s is refused; a
-	// heartbeat brings it back.
-	stale := strconv.FormatInt(time.Now().Unix()-10, 10)
+	// A heartbeat refreshes a marker confirmed recently.
+	recent := strconv.FormatInt(time.Now().Add(-time.Second).UnixMilli(), 10)
+	if err := h.Command(ctx, "set map "+h.ReadyMap+" filled "+recent); err != nil {
+		t.Fatal(err)
+	}
+	if err := i.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if age, ok, err := i.MarkerAge(ctx); err != nil || !ok || age > 500*time.Millisecond {
+		t.Fatalf("after a heartbeat the marker is %v old (present %v, %v), want fresh", age, ok, err)
+	}
+	// A marker no controller confirmed for more than 2 s is refused, and a
+	// heartbeat does not revive it (the process may have missed changes):
+	// only MarkFilled, after a pass, does.
+	stale := strconv.FormatInt(time.Now().Add(-10*time.Second).UnixMilli(), 10)
 	if err := h.Command(ctx, "set map "+h.ReadyMap+" filled "+stale); err != nil {
 		t.Fatal(err)
 	}
@@ -215,8 +227,14 @@ func TestMarkFilledGatesReadiness(t *testing.T) {
 	if err := i.Heartbeat(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if got := ready(); got != http.StatusServiceUnavailable {
+		t.Fatalf("a heartbeat revived a stale marker: readiness %d, want 503", got)
+	}
+	if err := i.MarkFilled(ctx, id); err != nil {
+		t.Fatal(err)
+	}
 	if got := ready(); got != http.StatusOK {
-		t.Fatalf("after a heartbeat readiness is %d, want 200", got)
+		t.Fatalf("after marking again readiness is %d, want 200", got)
 	}
 	if err := i.Reload(ctx, h.MasterAddress(), h.StateFile); err != nil {
 		t.Fatalf("%v\n%s", err, h.Log())

@@ -683,12 +683,23 @@ func (p *pod) probeOnce(ctx context.Context, c *ctr, proc *proc, pr *corev1.Prob
 // container has stopped.
 func (p *pod) deletePod(ctx context.Context) {
 	obj := p.current()
-	err := p.h.opts.Clientset.CoreV1().Pods(p.ns).Delete(ctx, p.name, metav1.DeleteOptions{
-		GracePeriodSeconds: ptr.To[int64](0),
-		Preconditions:      &metav1.Preconditions{UID: &obj.UID},
-	})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		p.h.logf("podhost: deleting %s/%s: %v", p.ns, p.name, err)
+	// Tried again while the API server cannot be reached, as pushStatus.
+	for deadline := time.Now().Add(time.Minute); ; {
+		err := p.h.opts.Clientset.CoreV1().Pods(p.ns).Delete(ctx, p.name, metav1.DeleteOptions{
+			GracePeriodSeconds: ptr.To[int64](0),
+			Preconditions:      &metav1.Preconditions{UID: &obj.UID},
+		})
+		if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) || ctx.Err() != nil {
+			break
+		}
+		if time.Now().After(deadline) || apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+			p.h.logf("podhost: deleting %s/%s: %v", p.ns, p.name, err)
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 	p.event("", StepDeleted, -1, "")
 }
@@ -730,19 +741,36 @@ func reason(code int) string {
 }
 
 // pushStatus writes the pod's status to the API server.
+// pushStatus writes the pod's status. While the API server cannot be
+// reached (a control-plane restart) it tries again every half second for
+// up to a minute, as the kubelet's status manager keeps the latest status
+// until it lands: a readiness change must not be lost to an outage. It
+// blocks the pod's own loop meanwhile, which a kubelet would not.
 func (p *pod) pushStatus(ctx context.Context) {
-	status := p.buildStatus()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := p.h.opts.Clientset.CoreV1().Pods(p.ns).Get(ctx, p.name, metav1.GetOptions{})
-		if err != nil {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		status := p.buildStatus()
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := p.h.opts.Clientset.CoreV1().Pods(p.ns).Get(ctx, p.name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			cur.Status = status
+			_, err = p.h.opts.Clientset.CoreV1().Pods(p.ns).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 			return err
+		})
+		if err == nil || apierrors.IsNotFound(err) || ctx.Err() != nil {
+			return
 		}
-		cur.Status = status
-		_, err = p.h.opts.Clientset.CoreV1().Pods(p.ns).UpdateStatus(ctx, cur, metav1.UpdateOptions{})
-		return err
-	})
-	if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
-		p.h.logf("podhost: status of %s/%s: %v", p.ns, p.name, err)
+		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || time.Now().After(deadline) {
+			p.h.logf("podhost: status of %s/%s: %v", p.ns, p.name, err)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 }
 

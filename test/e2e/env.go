@@ -59,6 +59,8 @@ type Env struct {
 
 	controllerDirs       []string
 	controllerKubeconfig string
+	ctlMu                sync.Mutex // guards Controllers, controllerDirs and procs for the supervisor
+	stopSupervising      func()
 
 	log      func(string, ...any)
 	plusURLs []string
@@ -166,13 +168,22 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	if err := env.startController(ctx, built["controller"], opts.ControllerReplicas); err != nil {
 		return env, err
 	}
+	superCtx, stopSupervising := context.WithCancel(context.Background())
+	env.stopSupervising = stopSupervising
+	go env.supervise(superCtx)
 	return env, nil
 }
 
 // Stop stops every process and removes what Start made.
 func (e *Env) Stop() {
-	for i := len(e.procs) - 1; i >= 0; i-- {
-		e.procs[i].Stop()
+	if e.stopSupervising != nil {
+		e.stopSupervising()
+	}
+	e.ctlMu.Lock()
+	procs := append([]*proc.Proc(nil), e.procs...)
+	e.ctlMu.Unlock()
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].Stop()
 	}
 	for _, h := range e.HAProxy {
 		h.Stop()
@@ -400,7 +411,10 @@ func (e *Env) controllerConfig() string {
 // the instances running now; the controllers reload it (they read it
 // every 5 s).
 func (e *Env) writeControllerConfig() error {
-	for _, dir := range e.controllerDirs {
+	e.ctlMu.Lock()
+	dirs := append([]string(nil), e.controllerDirs...)
+	e.ctlMu.Unlock()
+	for _, dir := range dirs {
 		if err := os.WriteFile(filepath.Join(dir, "controller.yaml"), []byte(e.controllerConfig()), 0o644); err != nil {
 			return err
 		}

@@ -164,7 +164,7 @@ func (e *Env) PartitionHAProxy(i int, d time.Duration) error {
 // Leader is the index in Controllers of the replica holding the Lease,
 // from their logs; -1 when none has it.
 func (e *Env) Leader() int {
-	for i, c := range e.Controllers {
+	for i, c := range e.controllers() {
 		if c.Exited() {
 			continue
 		}
@@ -176,26 +176,61 @@ func (e *Env) Leader() int {
 	return -1
 }
 
-// KillLeader kills the controller replica holding the Lease with SIGKILL
-// and starts a new replica in its place (as its Deployment would), which
-// joins as a standby. It returns when the new replica is ready.
+// KillLeader kills the controller replica holding the Lease with SIGKILL;
+// the supervisor starts a new replica in its place, as the kubelet
+// restarts the container, which joins as a standby.
 func (e *Env) KillLeader(ctx context.Context) error {
 	i := e.Leader()
 	if i < 0 {
 		return fmt.Errorf("no controller leads")
 	}
-	e.Controllers[i].Kill()
-	// A new replica, in a fresh directory so that its log starts empty.
-	dir := filepath.Join(e.Dir, fmt.Sprintf("controller-r%d", len(e.controllerDirs)+1))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	c, err := StartController(ctx, e.built["controller"], e.controllerKubeconfig, dir, e.controllerConfig(), "--leader-elect", "--leader-election-namespace", "stickydrain-system")
-	if err != nil {
-		return err
-	}
-	e.procs = append(e.procs, c.Proc)
-	e.Controllers[i] = c
-	e.controllerDirs = append(e.controllerDirs, dir)
+	e.controllers()[i].Kill()
 	return nil
+}
+
+func (e *Env) controllers() []*Controller {
+	e.ctlMu.Lock()
+	defer e.ctlMu.Unlock()
+	return append([]*Controller(nil), e.Controllers...)
+}
+
+// supervise restarts a controller replica that exited — leader election
+// lost during an API server outage (controller-runtime then exits, by
+// design), or killed — after a second, as the kubelet restarts a
+// container of a Deployment's pod; until ctx ends.
+func (e *Env) supervise(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		for i, c := range e.controllers() {
+			if !c.Exited() {
+				continue
+			}
+			time.Sleep(time.Second)
+			if ctx.Err() != nil {
+				return
+			}
+			e.ctlMu.Lock()
+			n := len(e.controllerDirs) + 1
+			dir := filepath.Join(e.Dir, fmt.Sprintf("controller-r%d", n))
+			e.controllerDirs = append(e.controllerDirs, dir)
+			e.ctlMu.Unlock()
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				continue
+			}
+			nc, err := StartController(ctx, e.built["controller"], e.controllerKubeconfig, dir, e.controllerConfig(), "--leader-elect", "--leader-election-namespace", "stickydrain-system")
+			if err != nil {
+				e.log("restarting controller replica %d: %v", i+1, err)
+				continue
+			}
+			e.ctlMu.Lock()
+			e.procs = append(e.procs, nc.Proc)
+			e.Controllers[i] = nc
+			e.ctlMu.Unlock()
+			e.log("controller replica %d exited; started again (log %s)", i+1, nc.Log)
+		}
+	}
 }

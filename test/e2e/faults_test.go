@@ -100,6 +100,11 @@ func assertUsersKeptEverything(t *testing.T, clients *Clients, obs *Observer, ma
 	if s.InFlightAtKill > maxInFlight {
 		t.Errorf("%d requests failed in flight through a killed process; want at most %d", s.InFlightAtKill, maxInFlight)
 	}
+	// A Service with no ready endpoint sends nothing: the front failing
+	// open would hide an outage of every instance.
+	if fo := clients.env.Front.FailOpens(); fo > 0 && !clients.env.AllowFailOpen {
+		t.Errorf("%d connections went out with no HAProxy instance ready (an outage of the load balancer, which the front's fail-open hid)", fo)
+	}
 	assertDrains(t, obs)
 }
 
@@ -272,7 +277,10 @@ func TestRolloutSurvivesALeaderCrash(t *testing.T) {
 func TestRolloutSurvivesAControlPlaneRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	env, err := Start(ctx, Options{Log: t.Logf})
+	// Two replicas, as shipped: the leader loses its Lease in an outage
+	// longer than the renew deadline and exits (restarted, as the kubelet
+	// would), while the standby keeps every readiness marker fresh.
+	env, err := Start(ctx, Options{Log: t.Logf, ControllerReplicas: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

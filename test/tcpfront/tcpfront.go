@@ -34,6 +34,7 @@ type Front struct {
 	healthy map[string]bool
 	downs   int // MarkDown calls: a check begun before one is stale
 	next    int
+	open    int // connections sent with no healthy backend (failing open)
 	conns   map[net.Conn]bool
 
 	cancel context.CancelFunc
@@ -87,6 +88,13 @@ func (f *Front) Healthy() map[string]bool {
 		out[t.Addr] = f.healthy[t.Addr]
 	}
 	return out
+}
+
+// FailOpens counts the connections sent while no backend was healthy.
+func (f *Front) FailOpens() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.open
 }
 
 // Close stops the balancer and closes every connection.
@@ -163,6 +171,7 @@ func (f *Front) order() []string {
 	}
 	f.next++
 	if len(healthy) == 0 {
+		f.open++
 		return all
 	}
 	return healthy

@@ -11,6 +11,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/stickydrain/stickydrain/test/e2e"
 )
 
@@ -33,6 +36,9 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "demo: needs root (the pod host makes network namespaces and mounts); run it as root")
 		return 2
 	}
+	// The control plane's own library logs are not the demo's story (and
+	// unset, controller-runtime prints a stack trace about it).
+	ctrllog.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	say("stickydrain demo: a rolling update of a session-bound app behind two HAProxy instances")
@@ -56,7 +62,7 @@ func run() int {
 	}
 	obs := env.Observe(ctx, 100*time.Millisecond)
 	clients := env.StartClients(ctx, users, idle, obs)
-	say("%d users log in through HAProxy and browse; sessions idle out after %s", users, idle)
+	say("%d users log in through a health-checking balancer in front of both HAProxy instances and browse; sessions idle out after %s", users, idle)
 	view(ctx, env, clients, 8*time.Second)
 	say("rolling out v2 (maxSurge 1, maxUnavailable 0) …")
 	start := time.Now()

@@ -17,13 +17,7 @@ import (
 // of rotation until the controller has filled it, and be back within a few
 // seconds (probe every second).
 func TestRolloutSurvivesHAProxyReloadsAndACrash(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	env, err := Start(ctx, Options{Log: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Stop()
+	ctx, env := startEnv(t, Options{})
 	clients, obs := startRollout(t, ctx, env)
 	for n := 1; n <= 2; n++ {
 		if err := env.ReloadHAProxy(ctx, 0); err != nil {
@@ -184,13 +178,7 @@ func finishRollout(t *testing.T, ctx context.Context, env *Env, clients *Clients
 // may fail. The others keep converging; the partitioned one converges
 // when it returns.
 func TestRolloutSurvivesAPartitionAndHAProxyScaling(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	env, err := Start(ctx, Options{Log: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Stop()
+	ctx, env := startEnv(t, Options{})
 	clients, obs := startRollout(t, ctx, env)
 
 	// The partitioned instance leaves rotation once its marker is 2 s
@@ -246,13 +234,7 @@ func TestRolloutSurvivesAPartitionAndHAProxyScaling(t *testing.T) {
 // balancers; the standby takes over when the lease expires and applies
 // the next ones.
 func TestRolloutSurvivesALeaderCrash(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	env, err := Start(ctx, Options{Log: t.Logf, ControllerReplicas: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Stop()
+	ctx, env := startEnv(t, Options{ControllerReplicas: 2})
 	waitUntil(t, ctx, "a leader", func() bool { return env.Leader() >= 0 })
 	clients, obs := startRollout(t, ctx, env)
 	leader := env.Leader()
@@ -275,16 +257,10 @@ func TestRolloutSurvivesALeaderCrash(t *testing.T) {
 // and the relist removes or un-drains nothing (the observer would see a
 // server dropped early or active again); the rollout then goes on.
 func TestRolloutSurvivesAControlPlaneRestart(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
 	// Two replicas, as shipped: the leader loses its Lease in an outage
 	// longer than the renew deadline and exits (restarted, as the kubelet
 	// would), while the standby keeps every readiness marker fresh.
-	env, err := Start(ctx, Options{Log: t.Logf, ControllerReplicas: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Stop()
+	ctx, env := startEnv(t, Options{ControllerReplicas: 2})
 	clients, obs := startRollout(t, ctx, env)
 	began := time.Now()
 	if err := env.Cluster.RestartControlPlane(ctx, 5*time.Second); err != nil {
@@ -293,4 +269,19 @@ func TestRolloutSurvivesAControlPlaneRestart(t *testing.T) {
 	t.Logf("kube-apiserver ready again %v after the restart began", time.Since(began).Round(100*time.Millisecond))
 	finishRollout(t, ctx, env, clients, obs)
 	assertUsersKeptEverything(t, clients, obs, 0)
+}
+
+// startEnv starts the whole environment for one test, stopped when it
+// ends, with eight minutes for the test.
+func startEnv(t *testing.T, opts Options) (context.Context, *Env) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	t.Cleanup(cancel)
+	opts.Log = t.Logf
+	env, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(env.Stop)
+	return ctx, env
 }

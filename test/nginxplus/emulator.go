@@ -157,7 +157,13 @@ func (e *Emulator) load() {
 		}
 	}
 	e.generation++
-	e.loaded = time.Now().UTC()
+	// load_timestamp is shown to the millisecond: two loads in the same
+	// millisecond (tests) still read as two.
+	now := time.Now().UTC()
+	if prev := e.loaded.Truncate(time.Millisecond); !now.Truncate(time.Millisecond).After(prev) && !e.loaded.IsZero() {
+		now = prev.Add(time.Millisecond)
+	}
+	e.loaded = now
 }
 
 // Restart is a restart: the generation starts again at 1, and every

@@ -3,7 +3,8 @@
 # Two images from one build:
 #   docker build --target stickydrain -t ghcr.io/stickydrain/stickydrain:v0.1.0 .
 #   docker build --target drainctl    -t ghcr.io/stickydrain/drainctl:v0.1.0 .
-# stickydrain holds /webhook and /controller (the manifests' commands);
+# stickydrain holds /webhook and /controller (the manifests' commands) and
+# /stickydrain-haproxy (the HAProxy sample's reload sidecar);
 # drainctl holds /drainctl alone, for the init container the webhook adds to
 # pods whose image lacks it (it runs `/drainctl install /stickydrain/bin`).
 #

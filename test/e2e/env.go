@@ -56,10 +56,6 @@ type Env struct {
 	Dir       string
 	// Controllers are the controller replicas, in start order.
 	Controllers []*Controller
-	// AllowFailOpen lets the users' front send connections while no
-	// HAProxy instance is ready (the soak, where faults overlap) without
-	// failing the test.
-	AllowFailOpen bool
 
 	controllerDirs       []string
 	controllerKubeconfig string

@@ -96,7 +96,7 @@ func assertUsersKeptEverything(t *testing.T, clients *Clients, obs *Observer, ma
 	}
 	// A Service with no ready endpoint sends nothing: the front failing
 	// open would hide an outage of every instance.
-	if fo := clients.env.Front.FailOpens(); fo > 0 && !clients.env.AllowFailOpen {
+	if fo := clients.env.Front.FailOpens(); fo > 0 {
 		t.Errorf("%d connections went out with no HAProxy instance ready (an outage of the load balancer, which the front's fail-open hid)", fo)
 	}
 	assertDrains(t, obs)

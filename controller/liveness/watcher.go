@@ -136,6 +136,17 @@ func (w *Watcher) Probe(ctx context.Context) {
 // Mark sets the readiness marker on every instance of lb that is filled
 // and not marked yet.
 func (w *Watcher) Mark(ctx context.Context, lb string, insts []backend.Instance) {
+	// Listing the load balancer's Services costs a copy of each from the
+	// cache: only when some instance still waits for its marker.
+	waiting := false
+	for _, inst := range insts {
+		if _, ok := inst.(backend.Marker); ok && !w.Tracker.IsMarked(inst.ID()) {
+			waiting = true
+		}
+	}
+	if !waiting {
+		return
+	}
 	required, err := w.Source.Required(ctx, lb)
 	if err != nil {
 		w.Log.Error(err, "listing the Services mapped onto a load balancer", "lb", lb)

@@ -20,9 +20,10 @@ type Source interface {
 	// lb: each must settle on a process before it is filled.
 	Required(ctx context.Context, lb string) ([]string, error)
 	// Renew is told that instance inst of lb is a process not seen
-	// before (restarted is false on a first sight): every Service mapped
-	// onto lb is to be brought in step on it now.
-	Renew(lb string, inst backend.Instance, restarted bool)
+	// before (a first sight, a restart, a reload, or back after missed
+	// probes): every Service mapped onto lb is to be brought in step on it
+	// now.
+	Renew(lb string, inst backend.Instance)
 }
 
 // Watcher probes every instance each Every and feeds Tracker; it sets the
@@ -119,7 +120,7 @@ func (w *Watcher) Probe(ctx context.Context) {
 					} else {
 						w.Log.Info("load-balancer instance found; filling it", "lb", lb, "instance", inst.ID(), "process", id)
 					}
-					w.Source.Renew(lb, inst, restarted)
+					w.Source.Renew(lb, inst)
 					return
 				}
 				w.count(lb, "ok")

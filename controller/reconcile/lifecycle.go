@@ -49,7 +49,7 @@ func (l lifecycle) Required(ctx context.Context, lb string) ([]string, error) {
 }
 
 // Renew queues every Service mapped onto lb.
-func (l lifecycle) Renew(lb string, _ backend.Instance, _ bool) {
+func (l lifecycle) Renew(lb string, _ backend.Instance) {
 	svcs, err := l.r.servicesOf(context.Background(), lb)
 	if err != nil {
 		return

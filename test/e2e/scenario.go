@@ -25,6 +25,7 @@ import (
 	"github.com/stickydrain/stickydrain/controller/plan"
 	"github.com/stickydrain/stickydrain/test/nginxplus"
 	"github.com/stickydrain/stickydrain/test/sessionapp"
+	"github.com/stickydrain/stickydrain/test/tcpfront"
 )
 
 // Namespace is where the scenario's application runs, opted in.
@@ -593,15 +594,7 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 }
 
 // ready reports whether an instance's readiness check passes.
-func ready(url string) bool {
-	hc := http.Client{Timeout: time.Second}
-	resp, err := hc.Get(url)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
+func ready(url string) bool { return tcpfront.Ready(context.Background(), url) }
 
 func plusServer(em *nginxplus.Emulator, addr string) (nginxplus.Server, bool) {
 	return findServer(em.Servers(false, "shop"), addr)

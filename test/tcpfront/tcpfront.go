@@ -128,21 +128,13 @@ func (f *Front) check(ctx context.Context) {
 	targets := append([]Target(nil), f.targets...)
 	downs := f.downs
 	f.mu.Unlock()
-	hc := http.Client{Timeout: time.Second}
 	res := make([]bool, len(targets))
 	var wg sync.WaitGroup
 	for i, t := range targets {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, t.Ready, nil)
-			req.Close = true
-			resp, err := hc.Do(req)
-			if err != nil {
-				return
-			}
-			resp.Body.Close()
-			res[i] = resp.StatusCode == http.StatusOK
+			res[i] = Ready(ctx, t.Ready)
 		}()
 	}
 	wg.Wait()
@@ -153,6 +145,23 @@ func (f *Front) check(ctx context.Context) {
 		}
 	}
 	f.mu.Unlock()
+}
+
+// Ready reports whether url answers 200 within a second, on a new
+// connection: one readiness check.
+func Ready(ctx context.Context, url string) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false
+	}
+	req.Close = true
+	hc := http.Client{Timeout: time.Second}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // order lists the backends to try for one connection: the healthy ones,

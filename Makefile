@@ -67,8 +67,8 @@ test-unit: ## Only the tests that need no control plane (-short).
 	$(GO) test -race -short -count=1 $(PKGS)
 
 .PHONY: fuzz
-fuzz: ## Fuzz drainctl's parsers and the webhook's annotation parsing, FUZZTIME each (default 30s).
-	@for pkg in ./drainctl/source ./webhook/inject; do \
+fuzz: ## Fuzz drainctl's parsers, the webhook's annotation parsing, the controller's configuration and upstreams annotation, FUZZTIME each (default 30s).
+	@for pkg in ./drainctl/source ./webhook/inject ./controller/config ./controller/reconcile; do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-30s} $$pkg || exit 1; \
 	  done; \

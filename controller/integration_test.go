@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -50,6 +49,7 @@ func TestMain(m *testing.M) {
 // controllerProc runs the real controller binary with its real flags.
 type controllerProc struct {
 	t           *testing.T
+	c           *cluster.Cluster
 	bin         string
 	args        []string
 	p           *proc.Proc
@@ -82,7 +82,7 @@ func startController(t *testing.T, c *cluster.Cluster, kubeconfig, cfg string) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &controllerProc{t: t, bin: bin, logPath: filepath.Join(t.TempDir(), "controller.log"), metricsPort: ports[0]}
+	p := &controllerProc{t: t, c: c, bin: bin, logPath: filepath.Join(t.TempDir(), "controller.log"), metricsPort: ports[0]}
 	p.args = []string{
 		"--config", path, "--kubeconfig", kubeconfig, "--leader-elect", "--leader-election-namespace", "stickydrain-system",
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", p.metricsPort),
@@ -176,6 +176,7 @@ loadBalancers:
       # The third instance is never reachable: it must not hold the
       # other two back.
       static: [%q, %q, "unix:///nonexistent/haproxy.sock"]
+    allowedNamespaces: {names: [shop]}
 resync: 2s
 `, h1.Address(), h2.Address()))
 
@@ -359,14 +360,12 @@ resync: 2s
 
 func (p *controllerProc) expectMetrics(t *testing.T, wants ...string) {
 	t.Helper()
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", p.metricsPort))
+	body, err := e2e.ScrapeGuarded(context.Background(), p.c, p.metricsPort)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	for _, want := range wants {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("controller metrics lack %s", want)
 		}
 	}
@@ -417,6 +416,7 @@ loadBalancers:
     type: haproxy
     instances:
       service: {namespace: lb, name: haproxy-runtime, port: runtime}
+    allowedNamespaces: {names: [shop]}
 resync: 10m
 `) // no resync within the test: an HAProxy pod that turns ready must bring the Services mapped onto its load balancer by itself
 	_ = ctrlProc
@@ -509,6 +509,7 @@ loadBalancers:
     timeout: 1s
     instances:
       static: [%q, %q, %q]
+    allowedNamespaces: {names: [shop]}
 resync: 10m
 `, urls[0], urls[1], gone.URL+"/api")) // no resync within the test: restarts are repaired by the probe
 
@@ -625,7 +626,9 @@ func TestControllerReplicasHandOverLeadership(t *testing.T) {
 	}
 	defer h.Stop()
 	kubeconfig := asControllerServiceAccount(t, c)
-	cfg := fmt.Sprintf("loadBalancers:\n  - {name: edge, type: haproxy, instances: {static: [%q]}}\nresync: 10m\n", h.Address())
+	// A selector-less Service's slice, from another controller: allowed
+	// within the pod network.
+	cfg := fmt.Sprintf("loadBalancers:\n  - {name: edge, type: haproxy, instances: {static: [%q]}, allowedNamespaces: {names: [shop]}, allowEndpointsWithoutPods: true, allowedCIDRs: [198.18.0.0/15]}\nresync: 10m\n", h.Address())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	k := c.Client

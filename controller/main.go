@@ -17,10 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/reconcile"
+	"github.com/stickydrain/stickydrain/internal/serving"
 )
 
 func main() {
@@ -32,9 +32,11 @@ func main() {
 		concurrency int
 		leaderElect bool
 		leaderNS    string
+		serving     serving.Flags
 	)
 	flag.StringVar(&configPath, "config", "/etc/stickydrain/controller.yaml", "configuration `file`: the load balancers and their instances")
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "`address` of the metrics endpoint; 0 disables it")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "`address` of the metrics endpoint; 0 disables it")
+	serving.Bind(flag.CommandLine)
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "`address` of /healthz and /readyz")
 	flag.IntVar(&concurrency, "concurrent-reconciles", 8, "how many Services are brought in step at once (a burst of drains across Services waits for no other)")
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "`address` of Go's /debug/pprof profiles, for diagnosis; empty (the default) disables them")
@@ -74,9 +76,13 @@ func main() {
 		log.Error(err, "loading kubeconfig")
 		os.Exit(1)
 	}
+	for _, w := range cfg.Warnings() {
+		log.Info("warning: "+w, "config", configPath)
+	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		Cache:                   reconcile.CacheOptions(),
+		Metrics:                 serving.Metrics(metricsAddr),
 		HealthProbeBindAddress:  probeAddr,
 		PprofBindAddress:        pprofAddr,
 		LeaderElection:          leaderElect,
@@ -95,11 +101,12 @@ func main() {
 		os.Exit(1)
 	}
 	r := &reconcile.Reconciler{
-		Client:   mgr.GetClient(),
-		Config:   cfg,
-		Factory:  reconcile.DefaultFactory,
-		Recorder: mgr.GetEventRecorder("stickydrain-controller"),
-		Metrics:  m,
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Config:    cfg,
+		Factory:   reconcile.DefaultFactory,
+		Recorder:  mgr.GetEventRecorder("stickydrain-controller"),
+		Metrics:   m,
 
 		Concurrency: concurrency,
 	}
@@ -115,8 +122,14 @@ func main() {
 				log.Error(err, "refusing configuration change; keeping the running configuration", "config", configPath)
 				return
 			}
-			r.SetConfig(c)
+			if err := r.SetConfig(ctx, c); err != nil {
+				log.Error(err, "applying the configuration change", "config", configPath)
+				return
+			}
 			log.Info("configuration reloaded", "config", configPath, "loadBalancers", len(c.LoadBalancers))
+			for _, w := range c.Warnings() {
+				log.Info("warning: "+w, "config", configPath)
+			}
 		}, func(err error) {
 			log.Error(err, "refusing configuration change; keeping the running configuration", "config", configPath)
 		})

@@ -75,6 +75,7 @@ func TestTheInstallHasEveryPart(t *testing.T) {
 	want := []string{
 		"Certificate/stickydrain-webhook",
 		"ClusterRole/stickydrain-controller",
+		"ClusterRole/stickydrain-metrics-reader",
 		"ClusterRole/stickydrain-webhook",
 		"ClusterRoleBinding/stickydrain-controller",
 		"ClusterRoleBinding/stickydrain-webhook",
@@ -448,7 +449,12 @@ func TestTheInstallAppliesToARealAPIServer(t *testing.T) {
 		{"stickydrain-controller", "create", "events.k8s.io", "events", "shop", true},
 		{"stickydrain-controller", "update", "coordination.k8s.io", "leases", ns, true},
 		{"stickydrain-controller", "update", "coordination.k8s.io", "leases", "kube-system", false},
-		{"stickydrain-controller", "get", "", "pods", "shop", false},
+		{"stickydrain-controller", "watch", "", "pods", "", true},
+		{"stickydrain-controller", "update", "", "pods", "shop", false},
+		{"stickydrain-controller", "watch", "", "namespaces", "", true},
+		{"stickydrain-controller", "create", "authentication.k8s.io", "tokenreviews", "", true},
+		{"stickydrain-controller", "create", "authorization.k8s.io", "subjectaccessreviews", "", true},
+		{"stickydrain-webhook", "create", "authentication.k8s.io", "tokenreviews", "", true},
 		{"stickydrain-controller", "get", "", "secrets", "shop", false},
 		{"stickydrain-controller", "update", "", "services", "shop", false},
 	} {

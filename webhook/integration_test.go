@@ -107,6 +107,15 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 	c := cluster.StartT(t, cluster.Options{})
 	port, metricsPort, ca, certDir := startWebhook(t, c)
 	installWebhookConfigurations(t, c, port, ca)
+	// The admission endpoint speaks HTTP/1.1 only (HTTP/2 off, as shipped).
+	conn, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2", "http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := conn.ConnectionState().NegotiatedProtocol; p == "h2" {
+		t.Errorf("the webhook server negotiated %q with a client offering h2; want HTTP/2 off", p)
+	}
+	conn.Close()
 	drainctl, err := bins.Build("github.com/stickydrain/stickydrain/drainctl")
 	if err != nil {
 		t.Fatal(err)
@@ -255,7 +264,7 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 	})
 
 	// The webhook counted what it did.
-	metrics := scrape(t, metricsPort)
+	metrics := scrape(t, c, metricsPort)
 	for _, want := range []string{
 		`stickydrain_webhook_admissions_total{reason="injected",result="allowed",webhook="mutate-pod"}`,
 		`stickydrain_webhook_admissions_total{reason="invalid",result="denied",webhook="mutate-pod"}`,
@@ -267,14 +276,13 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 	}
 }
 
-func scrape(t *testing.T, port int) string {
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+func scrape(t *testing.T, c *cluster.Cluster, port int) string {
+	body, err := e2e.ScrapeGuarded(context.Background(), c, port)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
 	var b strings.Builder
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(strings.NewReader(body))
 	for sc.Scan() {
 		if strings.HasPrefix(sc.Text(), "stickydrain_") {
 			b.WriteString(sc.Text() + "\n")

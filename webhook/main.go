@@ -13,9 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/stickydrain/stickydrain/internal/serving"
 	"github.com/stickydrain/stickydrain/webhook/admit"
 	"github.com/stickydrain/stickydrain/webhook/inject"
 )
@@ -28,11 +28,13 @@ func main() {
 		metricsAddr string
 		probeAddr   string
 		pprofAddr   string
+		serving     serving.Flags
 	)
 	cfg.BindFlags(flag.CommandLine)
 	flag.StringVar(&certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "`directory` holding tls.crt and tls.key; reloaded when they change (cert-manager rotation)")
 	flag.IntVar(&port, "port", 9443, "webhook HTTPS `port`")
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "`address` of the metrics endpoint; 0 disables it")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "`address` of the metrics endpoint; 0 disables it")
+	serving.Bind(flag.CommandLine)
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "`address` of /healthz and /readyz")
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "`address` of Go's /debug/pprof profiles, for diagnosis; empty (the default) disables them")
 	zapOpts := zap.Options{}
@@ -57,10 +59,10 @@ func main() {
 	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                serving.Metrics(metricsAddr),
 		HealthProbeBindAddress: probeAddr,
 		PprofBindAddress:       pprofAddr,
-		WebhookServer:          webhook.NewServer(webhook.Options{Port: port, CertDir: certDir}),
+		WebhookServer:          webhook.NewServer(webhook.Options{Port: port, CertDir: certDir, TLSOpts: serving.TLSOpts()}),
 	})
 	if err != nil {
 		log.Error(err, "creating manager")

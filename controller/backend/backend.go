@@ -62,4 +62,7 @@ type Heartbeater interface {
 	// MarkerAge is how long ago the process' marker was last confirmed;
 	// ok is false when it carries none.
 	MarkerAge(ctx context.Context) (age time.Duration, ok bool, err error)
+	// HasMarker reports whether the instance is configured with a marker
+	// at all (HAProxy's readyMap); without one there is nothing to age.
+	HasMarker() bool
 }

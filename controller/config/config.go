@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -28,11 +30,20 @@ const (
 //	    type: haproxy
 //	    instances:
 //	      static: ["unix:///var/run/haproxy/admin.sock", "tcp://127.0.0.1:9999"]
+//	    allowedNamespaces: {names: [shop, billing]}
+//	    upstreams:
+//	      - {name: checkout, owner: shop/checkout}
 //	  - name: internal
 //	    type: haproxy
 //	    instances:
 //	      service: {namespace: lb, name: haproxy-runtime, port: runtime}
+//	    allowedNamespaces: {selector: {matchLabels: {stickydrain.io/lb-internal: allowed}}}
 //	resync: 30s
+//
+// Nothing may map onto a load balancer until its allowedNamespaces (or an
+// upstream's) says who may: a namespace user can write annotations and
+// EndpointSlices, and must not be able to point a load balancer the
+// operator did not give them at their pods, or at any address.
 type Config struct {
 	LoadBalancers []LoadBalancer `json:"loadBalancers"`
 	// Resync is how often every upstream is reconciled without an event,
@@ -60,6 +71,47 @@ type LoadBalancer struct {
 	NGINXPlus *NGINXPlusOptions `json:"nginxPlus,omitempty"`
 	// HAProxy holds the options of an haproxy load balancer.
 	HAProxy *HAProxyOptions `json:"haproxy,omitempty"`
+	// AllowedNamespaces are the namespaces whose Services may map onto
+	// this load balancer's upstreams. Unset: none may (every mapping is
+	// refused with an UpstreamNotAllowed Event).
+	AllowedNamespaces *Namespaces `json:"allowedNamespaces,omitempty"`
+	// Upstreams give single upstreams their own allowed namespaces, or pin
+	// them to one Service.
+	Upstreams []Upstream `json:"upstreams,omitempty"`
+	// AllowEndpointsWithoutPods lets endpoints that are not one of a Pod's
+	// own addresses in the Service's namespace (selector-less Services,
+	// hand-written EndpointSlices) become servers. Default false: they are
+	// refused with an EndpointNotAllowed Event.
+	AllowEndpointsWithoutPods bool `json:"allowEndpointsWithoutPods,omitempty"`
+	// AllowedCIDRs, when set, bound every server address of this load
+	// balancer, whether a Pod's or not (for example the pod network,
+	// 10.244.0.0/16). Empty: no bound beyond the Pod rule.
+	AllowedCIDRs []string `json:"allowedCIDRs,omitempty"`
+}
+
+// Namespaces select namespaces, as Gateway API's allowedRoutes does: by
+// name, by label, or all. A namespace matching names or selector is
+// allowed.
+type Namespaces struct {
+	// All allows every namespace: for a cluster with a single tenant.
+	All bool `json:"all,omitempty"`
+	// Names lists namespaces by name.
+	Names []string `json:"names,omitempty"`
+	// Selector selects namespaces by their labels (which only those who
+	// may edit Namespaces can change).
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+}
+
+// Upstream is the rule of one upstream of a load balancer.
+type Upstream struct {
+	// Name is the upstream (HAProxy backend, NGINX Plus upstream).
+	Name string `json:"name"`
+	// AllowedNamespaces, when set, replace the load balancer's for this
+	// upstream.
+	AllowedNamespaces *Namespaces `json:"allowedNamespaces,omitempty"`
+	// Owner pins the upstream to one Service, "namespace/name": no other
+	// Service may map onto it, whatever the order they were created in.
+	Owner string `json:"owner,omitempty"`
 }
 
 // HAProxyOptions are the options of an haproxy load balancer.
@@ -200,6 +252,7 @@ func (c *Config) Validate() error {
 				bad(f+".haproxy.readyMap", "%q is not an absolute path without spaces or ';' (the map file as haproxy.cfg names it)", o.ReadyMap)
 			}
 		}
+		validateTenancy(f, lb, bad)
 		if lb.Timeout.Duration <= 0 {
 			bad(f+".timeout", "want a positive duration")
 		}
@@ -222,6 +275,85 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// UpstreamNameRE is what an upstream name may be (an HAProxy backend or
+// NGINX Plus upstream name): no spaces, ';', '/' or ','.
+var UpstreamNameRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]+$`)
+
+func validateTenancy(f string, lb LoadBalancer, bad func(field, format string, args ...any)) {
+	validateNamespaces(f+".allowedNamespaces", lb.AllowedNamespaces, bad)
+	seen := map[string]bool{}
+	for j, u := range lb.Upstreams {
+		uf := fmt.Sprintf("%s.upstreams[%d]", f, j)
+		switch {
+		case !UpstreamNameRE.MatchString(u.Name):
+			bad(uf+".name", "%q is not an upstream name (letters, digits, _ . : -)", u.Name)
+		case seen[u.Name]:
+			bad(uf+".name", "%q is used twice", u.Name)
+		}
+		seen[u.Name] = true
+		validateNamespaces(uf+".allowedNamespaces", u.AllowedNamespaces, bad)
+		if u.Owner != "" {
+			ns, name, ok := strings.Cut(u.Owner, "/")
+			if !ok || !nameRE.MatchString(ns) || !serviceRE.MatchString(name) {
+				bad(uf+".owner", "%q is not namespace/name of a Service", u.Owner)
+			}
+			if u.AllowedNamespaces != nil {
+				bad(uf+".allowedNamespaces", "give owner or allowedNamespaces, not both: an owner is the only Service that may map the upstream")
+			}
+		}
+		if u.Owner == "" && u.AllowedNamespaces == nil {
+			bad(uf, "want owner or allowedNamespaces")
+		}
+	}
+	for j, c := range lb.AllowedCIDRs {
+		if p, err := netip.ParsePrefix(c); err != nil || p.Masked() != p {
+			bad(fmt.Sprintf("%s.allowedCIDRs[%d]", f, j), "%q is not a network in CIDR form, such as 10.244.0.0/16 or fd00::/64", c)
+		}
+	}
+}
+
+var serviceRE = regexp.MustCompile(`^[a-z]([a-z0-9-]*[a-z0-9])?$`)
+
+func validateNamespaces(f string, n *Namespaces, bad func(field, format string, args ...any)) {
+	if n == nil {
+		return
+	}
+	if n.All && (len(n.Names) > 0 || n.Selector != nil) {
+		bad(f, "all: true allows every namespace; names and selector would be ignored, remove them")
+	}
+	if !n.All && len(n.Names) == 0 && n.Selector == nil {
+		bad(f, "empty; want names: [...], selector: {matchLabels: ...}, or all: true")
+	}
+	for j, name := range n.Names {
+		if !nameRE.MatchString(name) {
+			bad(fmt.Sprintf("%s.names[%d]", f, j), "%q is not a namespace name (a DNS label)", name)
+		}
+	}
+	if n.Selector != nil {
+		if _, err := metav1.LabelSelectorAsSelector(n.Selector); err != nil {
+			bad(f+".selector", "%v", err)
+		}
+	}
+}
+
+// Warnings are legal settings the operator should know about at start
+// and at each reload.
+func (c *Config) Warnings() []string {
+	var out []string
+	for _, lb := range c.LoadBalancers {
+		if lb.AllowedNamespaces == nil && len(lb.Upstreams) == 0 {
+			out = append(out, fmt.Sprintf("load balancer %s allows no namespace: every Service mapping onto it is refused (UpstreamNotAllowed) until allowedNamespaces or upstreams say who may", lb.Name))
+		}
+		if lb.AllowedNamespaces != nil && lb.AllowedNamespaces.All {
+			out = append(out, fmt.Sprintf("load balancer %s allows every namespace (allowedNamespaces.all): any namespace user can map a Service onto its upstreams", lb.Name))
+		}
+		if lb.AllowEndpointsWithoutPods && len(lb.AllowedCIDRs) == 0 {
+			out = append(out, fmt.Sprintf("load balancer %s takes endpoints without Pods from any address (allowEndpointsWithoutPods without allowedCIDRs): bound them with allowedCIDRs", lb.Name))
+		}
+	}
+	return out
 }
 
 // CheckAddress checks one instance address: for haproxy unix:///path or

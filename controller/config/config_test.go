@@ -40,6 +40,16 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"duplicate name", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}}, {name: a, type: haproxy, instances: {static: [\"tcp://h:2\"]}}]", `loadBalancers[1].name: "a" is used twice`},
 		{"relative ready map", "loadBalancers: [{name: a, type: haproxy, haproxy: {readyMap: ready.map}, instances: {static: [\"tcp://h:1\"]}}]", `loadBalancers[0].haproxy.readyMap: "ready.map" is not an absolute path`},
 		{"haproxy options on nginx-plus", "loadBalancers: [{name: a, type: nginx-plus, haproxy: {readyMap: /r.map}, instances: {static: [\"http://h:1/api\"]}}]", `loadBalancers[0].haproxy: only for type haproxy`},
+		{"both all and names", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedNamespaces: {all: true, names: [shop]}}]", "loadBalancers[0].allowedNamespaces: all: true allows every namespace"},
+		{"empty namespaces", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedNamespaces: {}}]", "loadBalancers[0].allowedNamespaces: empty; want names"},
+		{"bad namespace name", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedNamespaces: {names: [Shop]}}]", `loadBalancers[0].allowedNamespaces.names[0]: "Shop" is not a namespace name`},
+		{"bad selector", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedNamespaces: {selector: {matchExpressions: [{key: t, operator: Near}]}}}]", "loadBalancers[0].allowedNamespaces.selector:"},
+		{"bad owner", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: shop, owner: shop}]}]", `loadBalancers[0].upstreams[0].owner: "shop" is not namespace/name of a Service`},
+		{"owner and namespaces", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: shop, owner: shop/shop, allowedNamespaces: {names: [b]}}]}]", "loadBalancers[0].upstreams[0].allowedNamespaces: give owner or allowedNamespaces, not both"},
+		{"upstream without a rule", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: shop}]}]", "loadBalancers[0].upstreams[0]: want owner or allowedNamespaces"},
+		{"upstream twice", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: shop, owner: a/b}, {name: shop, owner: a/c}]}]", `loadBalancers[0].upstreams[1].name: "shop" is used twice`},
+		{"bad upstream name", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: \"sh op\", owner: a/b}]}]", `loadBalancers[0].upstreams[0].name: "sh op" is not an upstream name`},
+		{"bad CIDR", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedCIDRs: [10.0.0.1/8]}]", `loadBalancers[0].allowedCIDRs[0]: "10.0.0.1/8" is not a network in CIDR form`},
 		{"bad duration", "resync: soon\nloadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}}]", `"soon" is not a duration`},
 	}
 	for _, tt := range tests {
@@ -50,4 +60,43 @@ func TestParseErrorsNameTheField(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestWarnings(t *testing.T) {
+	c, err := Parse([]byte(`
+loadBalancers:
+  - {name: closed, type: haproxy, instances: {static: ["tcp://h:1"]}}
+  - {name: open, type: haproxy, instances: {static: ["tcp://h:1"]}, allowedNamespaces: {all: true}, allowEndpointsWithoutPods: true}
+  - {name: fine, type: haproxy, instances: {static: ["tcp://h:1"]}, allowedNamespaces: {names: [shop]}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(c.Warnings(), "\n")
+	for _, want := range []string{"load balancer closed allows no namespace", "load balancer open allows every namespace", "load balancer open takes endpoints without Pods from any address"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("warnings lack %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "fine") {
+		t.Errorf("a configured load balancer warns:\n%s", got)
+	}
+}
+
+// FuzzParse: no configuration file makes Parse panic, and whatever it
+// accepts validates and compiles.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedNamespaces: {names: [shop]}}]"))
+	f.Add([]byte("loadBalancers: [{name: a, type: nginx-plus, instances: {static: [\"http://h:1/api\"]}, upstreams: [{name: s, owner: a/b}], allowedCIDRs: [10.0.0.0/8]}]"))
+	f.Add([]byte("loadBalancers: [{name: a, type: haproxy, instances: {service: {namespace: n, name: s, port: p}}, allowedNamespaces: {selector: {matchExpressions: [{key: t, operator: In, values: [a]}]}}}]\nresync: 1m"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := Parse(b)
+		if err != nil {
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("Parse accepted what Validate refuses: %v", err)
+		}
+		_ = c.Warnings()
+	})
 }

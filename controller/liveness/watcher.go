@@ -100,7 +100,7 @@ func (w *Watcher) Probe(ctx context.Context) {
 					w.Log.V(1).Info("probing instance", "lb", lb, "instance", inst.ID(), "error", err.Error())
 					return
 				}
-				if hb, ok := inst.(backend.Heartbeater); ok && w.Tracker.IsMarked(inst.ID()) {
+				if hb, ok := inst.(backend.Heartbeater); ok && hb.HasMarker() && w.Tracker.IsMarked(inst.ID()) {
 					// A marker nobody confirmed for a while (a partition of
 					// the heartbeats, a stalled controller) is stale: fill and
 					// mark the process again.

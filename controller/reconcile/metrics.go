@@ -15,6 +15,7 @@ type Metrics struct {
 	probes     *prometheus.CounterVec
 	marks      *prometheus.CounterVec
 	stateLost  *prometheus.CounterVec
+	refusals   *prometheus.CounterVec
 }
 
 // NewMetrics registers the controller's metrics with reg.
@@ -49,8 +50,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "stickydrain_controller_instance_state_lost_total",
 			Help: "Upstreams found without any server on a load-balancer process that replaced another (a restart, a reload without saved state, NGINX Plus without its state file), by load balancer; each was refilled.",
 		}, []string{"lb"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stickydrain_controller_refusals_total",
+			Help: "Mappings and endpoints refused by the tenancy rules, by load balancer and reason (NoRule, NamespaceNotAllowed, Pinned, UnknownLoadBalancer, OutsideCIDRs, WithoutPod, PodInOtherNamespace, NotPodAddress); counted on each pass that refuses them.",
+		}, []string{"lb", "reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.servers, m.changes, m.lbErrors, m.drainDelay, m.probes, m.marks, m.stateLost} {
+	for _, c := range []prometheus.Collector{m.servers, m.changes, m.lbErrors, m.drainDelay, m.probes, m.marks, m.stateLost, m.refusals} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering controller metrics: %w", err)
 		}

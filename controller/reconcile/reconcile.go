@@ -37,6 +37,7 @@ import (
 	"github.com/stickydrain/stickydrain/controller/liveness"
 	"github.com/stickydrain/stickydrain/controller/plan"
 	endpoints "github.com/stickydrain/stickydrain/controller/source"
+	"github.com/stickydrain/stickydrain/controller/tenancy"
 )
 
 // Service annotations.
@@ -81,10 +82,13 @@ func DefaultFactory(lb config.LoadBalancer, addr string) (backend.Instance, erro
 type Reconciler struct {
 	Client client.Client
 	// Config is the configuration at start; SetConfig replaces it.
-	Config   *config.Config
-	Factory  InstanceFactory
-	Recorder recorder.EventRecorder
-	Metrics  *Metrics
+	Config *config.Config
+	// APIReader reads what the cache may not hold yet (a Pod newer than
+	// it); nil: Client.
+	APIReader client.Reader
+	Factory   InstanceFactory
+	Recorder  recorder.EventRecorder
+	Metrics   *Metrics
 	// Concurrency is how many Services are reconciled at once (different
 	// Services only; one Service is never reconciled twice at once). 0
 	// means 1.
@@ -102,6 +106,7 @@ type Reconciler struct {
 
 	mu          sync.Mutex
 	current     *config.Config
+	policy      *tenancy.Policy
 	instances   map[string]backend.Instance                           // by address
 	terminating map[upstreamRef]map[netip.AddrPort]time.Time          // first seen terminating
 	pods        map[upstreamRef]map[netip.AddrPort]endpoints.Endpoint // its pod, while it is desired
@@ -113,6 +118,10 @@ type upstreamRef struct{ LB, Upstream string }
 
 func (u upstreamRef) String() string { return u.LB + "/" + u.Upstream }
 
+// maxUpstreamName bounds an upstream name from an annotation: it ends up
+// in Event actions (128 characters at most) and log lines.
+const maxUpstreamName = 100
+
 // ParseUpstreams reads the stickydrain.io/upstreams annotation.
 func ParseUpstreams(v string, cfg *config.Config) ([]upstreamRef, error) {
 	var out []upstreamRef
@@ -122,8 +131,8 @@ func ParseUpstreams(v string, cfg *config.Config) ([]upstreamRef, error) {
 			continue
 		}
 		lb, up, ok := strings.Cut(part, "/")
-		if !ok || lb == "" || up == "" || strings.ContainsAny(up, " ;/") {
-			return nil, fmt.Errorf("annotation %s: %q is not <lb>/<upstream>", AnnotationUpstreams, part)
+		if !ok || lb == "" || !config.UpstreamNameRE.MatchString(up) || len(up) > maxUpstreamName {
+			return nil, fmt.Errorf("annotation %s: %q is not <lb>/<upstream> (an upstream name is up to %d letters, digits, _ . : -)", AnnotationUpstreams, part, maxUpstreamName)
 		}
 		found := false
 		for _, l := range cfg.LoadBalancers {
@@ -164,6 +173,10 @@ func upstreamKeys(v string) []string {
 // Services that list load-balancer instances.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.current = r.Config
+	var err error
+	if r.policy, err = tenancy.New(r.Config); err != nil {
+		return err
+	}
 	r.instances = map[string]backend.Instance{}
 	r.terminating = map[upstreamRef]map[netip.AddrPort]time.Time{}
 	r.announced = map[string]bool{}
@@ -212,24 +225,63 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return ok || had
 		}))).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.mapSlice)).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.mapNamespace), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		WatchesRawSource(source.Channel(r.renew, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Concurrency)}).
 		Complete(r)
 }
 
-// SetConfig replaces the configuration (a validated change of the file);
-// the next pass of each Service uses it.
-func (r *Reconciler) SetConfig(c *config.Config) {
+// SetConfig replaces the configuration (a validated change of the file)
+// and queues every mapped Service, so that what it allows or refuses now
+// takes effect at once.
+func (r *Reconciler) SetConfig(ctx context.Context, c *config.Config) error {
+	p, err := tenancy.New(c)
+	if err != nil {
+		return err
+	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.current = c
+	r.current, r.policy = c, p
 	r.instances = map[string]backend.Instance{} // addresses or timeouts may have changed
+	known := make([]types.NamespacedName, 0, len(r.known))
+	for k := range r.known {
+		known = append(known, k)
+	}
+	r.mu.Unlock()
+	var list corev1.ServiceList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return fmt.Errorf("listing Services to apply the new configuration: %w", err)
+	}
+	for i := range list.Items {
+		if _, ok := list.Items[i].Annotations[AnnotationUpstreams]; ok {
+			known = append(known, client.ObjectKeyFromObject(&list.Items[i]))
+		}
+	}
+	// Queued from a goroutine: a standby replica reads none of them until
+	// it leads, and the caller must not wait for that.
+	go func() {
+		for _, k := range known {
+			select {
+			case r.renew <- event.GenericEvent{Object: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return nil
 }
 
 func (r *Reconciler) cfg() *config.Config {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.current
+}
+
+// rules are the configuration and its compiled tenancy policy, taken
+// together so that one pass decides by one of each.
+func (r *Reconciler) rules() (*config.Config, *tenancy.Policy) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.current, r.policy
 }
 
 // mapSlice sends a slice's Service, and when the slice lists instances of a
@@ -258,7 +310,7 @@ func (r *Reconciler) mapSlice(ctx context.Context, o client.Object) []ctrl.Reque
 // Reconcile brings every upstream of one Service in step on every instance.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := logf.FromContext(ctx)
-	cfg := r.cfg()
+	cfg, policy := r.rules()
 	resync := ctrl.Result{RequeueAfter: cfg.Resync.Duration}
 	var svc corev1.Service
 	err := r.Client.Get(ctx, req.NamespacedName, &svc)
@@ -268,16 +320,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	annotation, mapped := svc.Annotations[AnnotationUpstreams]
 	if apierrors.IsNotFound(err) || !mapped || svc.DeletionTimestamp != nil {
 		// The Service is gone or no longer mapped: empty what it owned.
-		r.mu.Lock()
-		old := r.known[req.NamespacedName]
-		r.mu.Unlock()
-		failed := false
-		for _, u := range old {
-			if _, ok := r.converge(ctx, nil, u, nil); !ok {
-				failed = true
-			}
-		}
-		if failed {
+		if !r.release(ctx, policy, req.NamespacedName, nil, nil, nil) {
 			return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 		}
 		r.mu.Lock()
@@ -291,10 +334,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.settleRefused(ctx, req.NamespacedName, annotation)
 		return ctrl.Result{}, nil
 	}
-	owned, err := r.owned(ctx, &svc, ups)
+	owned, refused, err := r.owned(ctx, policy, &svc, ups)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	released := r.release(ctx, policy, req.NamespacedName, &svc, owned, refused)
 	var slices discoveryv1.EndpointSliceList
 	if err := r.Client.List(ctx, &slices, client.InNamespace(svc.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
 		return ctrl.Result{}, err
@@ -310,6 +354,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	r.mu.Lock()
 	r.known[req.NamespacedName] = owned
 	r.mu.Unlock()
+	// Each load balancer admits the endpoints its rules allow.
+	admitted := map[string]map[netip.AddrPort]endpoints.Endpoint{}
+	for _, u := range owned {
+		if admitted[u.LB] == nil {
+			if admitted[u.LB], err = r.admitted(ctx, policy, &svc, u.LB, desired); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
+	}
 	// Each upstream on its own load balancer, at once: a Service mapped
 	// onto two load balancers is not drained on one after the other.
 	converged := make([]bool, len(owned))
@@ -319,11 +372,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			outcomes[i], converged[i] = r.converge(ctx, &svc, u, desired)
+			outcomes[i], converged[i] = r.converge(ctx, &svc, u, admitted[u.LB])
 		}()
 	}
 	wg.Wait()
-	allConverged := true
+	allConverged := released
 	for _, ok := range converged {
 		allConverged = allConverged && ok
 	}
@@ -333,41 +386,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 	}
 	return resync, nil
-}
-
-// owned keeps the upstreams this Service owns: for each upstream, the
-// oldest mapped Service (then by namespace/name). The others get a Warning.
-func (r *Reconciler) owned(ctx context.Context, svc *corev1.Service, ups []upstreamRef) ([]upstreamRef, error) {
-	var out []upstreamRef
-	for _, u := range ups {
-		var list corev1.ServiceList
-		if err := r.Client.List(ctx, &list, client.MatchingFields{indexUpstream: u.String()}); err != nil {
-			return nil, fmt.Errorf("listing the Services mapped onto %s: %w", u, err)
-		}
-		owner := svc
-		for i := range list.Items {
-			o := &list.Items[i]
-			if o.DeletionTimestamp != nil || (o.Namespace == svc.Namespace && o.Name == svc.Name) {
-				continue
-			}
-			other, err := ParseUpstreams(o.Annotations[AnnotationUpstreams], r.cfg())
-			if err != nil {
-				continue
-			}
-			for _, x := range other {
-				if x == u && older(o, owner) {
-					owner = o
-				}
-			}
-		}
-		if owner != svc {
-			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonUpstreamConflict, "Map",
-				"upstream %s is already mapped from Service %s/%s; stickydrain owns each upstream's membership for one Service only", u, owner.Namespace, owner.Name)
-			continue
-		}
-		out = append(out, u)
-	}
-	return out, nil
 }
 
 func older(a, b *corev1.Service) bool {

@@ -66,8 +66,8 @@ type Env struct {
 	plusURLs []string
 	built    map[string]string
 	faultsMu sync.Mutex
-	kills    []time.Time // when a process in users' paths was killed
-	lbMu     sync.Mutex  // guards HAProxy, which scaling changes while others read it
+	kills    []killWindow // when a process in users' paths was killed, until the front knew
+	lbMu     sync.Mutex   // guards HAProxy, which scaling changes while others read it
 	bins     *testbin.Builder
 	procs    []*proc.Proc
 	cleanup  []func()
@@ -396,13 +396,16 @@ func (e *Env) controllerConfig() string {
 	for _, h := range e.haproxies() {
 		addrs = append(addrs, fmt.Sprintf("%q", "unix://"+controllerSocket(h)))
 	}
-	yml := fmt.Sprintf("loadBalancers:\n  - name: edge\n    type: haproxy\n    haproxy: {readyMap: %q}\n    instances:\n      static: [%s]\n", e.readyMap(), strings.Join(addrs, ", "))
+	// Only the app's namespace may map, only onto its own pods, only in
+	// the pod network: as an operator sharing the cluster would write it.
+	tenancy := fmt.Sprintf("    allowedNamespaces: {names: [%s]}\n    allowedCIDRs: [198.18.0.0/15]\n", Namespace)
+	yml := fmt.Sprintf("loadBalancers:\n  - name: edge\n    type: haproxy\n    haproxy: {readyMap: %q}\n    instances:\n      static: [%s]\n", e.readyMap(), strings.Join(addrs, ", ")) + tenancy
 	if len(e.plusURLs) > 0 {
 		var q []string
 		for _, u := range e.plusURLs {
 			q = append(q, fmt.Sprintf("%q", u))
 		}
-		yml += fmt.Sprintf("  - name: plus\n    type: nginx-plus\n    instances:\n      static: [%s]\n", strings.Join(q, ", "))
+		yml += fmt.Sprintf("  - name: plus\n    type: nginx-plus\n    instances:\n      static: [%s]\n", strings.Join(q, ", ")) + tenancy
 	}
 	return yml + "resync: 5s\n"
 }

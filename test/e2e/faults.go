@@ -53,26 +53,43 @@ func (e *Env) ReloadHAProxy(ctx context.Context, i int) error {
 // controller has filled it.
 func (e *Env) RestartHAProxy(i int) error {
 	h := e.haproxies()[i]
-	e.noteKill()
+	done := e.noteKill()
 	h.Kill()
 	e.Front.MarkDown(fmt.Sprintf("127.0.0.1:%d", h.Port))
+	done()
 	return h.Start()
 }
 
+// killWindow is from a kill of a process in the users' path until the
+// front stopped sending it connections: a request in flight through it,
+// or sent to it before the front knew (as a Service still sends to a
+// crashed pod until its endpoint turns not ready), fails with the crash.
+type killWindow struct{ from, to time.Time }
+
 // noteKill records that a process in the users' path is being killed
-// now: requests in flight through it fail, and are counted apart.
-func (e *Env) noteKill() {
+// now; the returned func closes the window once the front knows.
+func (e *Env) noteKill() (done func()) {
 	e.faultsMu.Lock()
-	e.kills = append(e.kills, time.Now())
+	e.kills = append(e.kills, killWindow{from: time.Now()})
+	n := len(e.kills) - 1
 	e.faultsMu.Unlock()
+	return func() {
+		e.faultsMu.Lock()
+		e.kills[n].to = time.Now()
+		e.faultsMu.Unlock()
+	}
 }
 
-// killedDuring reports whether a kill happened between from and to.
+// killedDuring reports whether a kill window overlaps from..to.
 func (e *Env) killedDuring(from, to time.Time) bool {
 	e.faultsMu.Lock()
 	defer e.faultsMu.Unlock()
 	for _, k := range e.kills {
-		if !k.Before(from) && !k.After(to) {
+		end := k.to
+		if end.IsZero() {
+			end = time.Now()
+		}
+		if !k.from.After(to) && !end.Before(from) {
 			return true
 		}
 	}

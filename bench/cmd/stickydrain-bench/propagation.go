@@ -124,8 +124,8 @@ func propagation(ctx context.Context, dir string, logf func(string, ...any), con
 
 	// The controller binary, as its shipped ServiceAccount.
 	ctl, err := startController(ctx, c, controllerBin, dir, fmt.Sprintf(`loadBalancers:
-  - {name: edge, type: haproxy, instances: {static: [%s]}}
-  - {name: plus, type: nginx-plus, instances: {static: [%s]}}
+  - {name: edge, type: haproxy, instances: {static: [%s]}, allowedNamespaces: {all: true}}
+  - {name: plus, type: nginx-plus, instances: {static: [%s]}, allowedNamespaces: {all: true}}
 resync: 10m
 `, strings.Join(haAddrs, ", "), strings.Join(plusAddrs, ", ")))
 	if err != nil {

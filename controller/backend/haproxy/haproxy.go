@@ -414,6 +414,9 @@ func (h *Instance) Heartbeat(ctx context.Context) error {
 	return nil
 }
 
+// HasMarker reports whether a ready map is configured.
+func (h *Instance) HasMarker() bool { return h.readyMap != "" }
+
 // MarkerAge reads how long ago the process' marker was last confirmed;
 // ok is false when it carries none (or no ready map is configured).
 func (h *Instance) MarkerAge(ctx context.Context) (age time.Duration, ok bool, err error) {

@@ -1,0 +1,63 @@
+package reconcile
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stickydrain/stickydrain/controller/config"
+)
+
+func testConfig(t testing.TB) *config.Config {
+	t.Helper()
+	c, err := config.Parse([]byte("loadBalancers: [{name: edge, type: haproxy, instances: {static: [\"tcp://h:1\"]}}, {name: plus, type: nginx-plus, instances: {static: [\"http://h:1/api\"]}}]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestParseUpstreams(t *testing.T) {
+	cfg := testConfig(t)
+	got, err := ParseUpstreams(" edge/shop, plus/shop_v2.1 ,", cfg)
+	if err != nil || len(got) != 2 || got[0] != (upstreamRef{"edge", "shop"}) || got[1] != (upstreamRef{"plus", "shop_v2.1"}) {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	for v, want := range map[string]string{
+		"":                                 "is empty",
+		"edge":                             `"edge" is not <lb>/<upstream>`,
+		"edge/":                            `"edge/" is not <lb>/<upstream>`,
+		"edge/shop;evil":                   `"edge/shop;evil" is not <lb>/<upstream>`,
+		"edge/shop\nset map":               "is not <lb>/<upstream>",
+		"edge/a b":                         "is not <lb>/<upstream>",
+		"edge/" + strings.Repeat("x", 101): "is not <lb>/<upstream>",
+		"f5/shop":                          `no load balancer "f5"`,
+	} {
+		if _, err := ParseUpstreams(v, cfg); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseUpstreams(%q) = %v, want an error containing %q", v, err, want)
+		}
+	}
+}
+
+// FuzzParseUpstreams: no annotation makes the parser panic, and what it
+// accepts names a configured load balancer and an upstream name that is
+// safe in a Runtime API command and an Event action.
+func FuzzParseUpstreams(f *testing.F) {
+	cfg := testConfig(f)
+	for _, s := range []string{"edge/shop", "edge/shop,plus/shop", " edge/a , ", "edge/a;b", "x/y/z", "edge/\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		ups, err := ParseUpstreams(v, cfg)
+		if err != nil {
+			return
+		}
+		for _, u := range ups {
+			if (u.LB != "edge" && u.LB != "plus") || !config.UpstreamNameRE.MatchString(u.Upstream) || len(u.Upstream) > maxUpstreamName {
+				t.Fatalf("accepted %q as %v", v, u)
+			}
+			if a := action("Withdraw", u.String()); len(a) > 128 {
+				t.Fatalf("action %q is longer than 128", a)
+			}
+		}
+	})
+}

@@ -1,0 +1,132 @@
+package tenancy
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/stickydrain/stickydrain/controller/config"
+)
+
+const rules = `
+loadBalancers:
+  - name: edge
+    type: haproxy
+    instances: {static: ["tcp://127.0.0.1:1"]}
+    allowedNamespaces:
+      names: [shop]
+      selector: {matchLabels: {tenant: web}}
+    upstreams:
+      - {name: checkout, owner: shop/checkout}
+      - {name: reports, allowedNamespaces: {names: [finance]}}
+    allowedCIDRs: [198.18.0.0/16]
+  - name: closed
+    type: haproxy
+    instances: {static: ["tcp://127.0.0.1:2"]}
+  - name: open
+    type: nginx-plus
+    instances: {static: ["http://127.0.0.1:3/api"]}
+    allowedNamespaces: {all: true}
+    allowEndpointsWithoutPods: true
+    allowedCIDRs: [198.18.0.0/15, "fd00::/64"]
+`
+
+func policy(t *testing.T) *Policy {
+	t.Helper()
+	cfg, err := config.Parse([]byte(rules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestClaim(t *testing.T) {
+	p := policy(t)
+	web := map[string]string{"tenant": "web"}
+	tests := []struct {
+		lb, upstream, ns, name string
+		labels                 map[string]string
+		want                   Reason // "" allowed
+		rule                   string
+	}{
+		{"edge", "shop", "shop", "shop", nil, "", "loadBalancers[edge].allowedNamespaces"},
+		{"edge", "shop", "blog", "blog", web, "", "loadBalancers[edge].allowedNamespaces"},
+		{"edge", "shop", "evil", "shop", nil, NamespaceNotAllowed, "loadBalancers[edge].allowedNamespaces"},
+		{"edge", "shop", "evil", "shop", map[string]string{"tenant": "other"}, NamespaceNotAllowed, "loadBalancers[edge].allowedNamespaces"},
+		{"edge", "checkout", "shop", "checkout", nil, "", "loadBalancers[edge].upstreams[checkout].owner"},
+		// Pinned: the owner's own namespace, another Service, is refused too.
+		{"edge", "checkout", "shop", "checkout-v2", nil, Pinned, "loadBalancers[edge].upstreams[checkout].owner"},
+		{"edge", "checkout", "evil", "checkout", web, Pinned, "loadBalancers[edge].upstreams[checkout].owner"},
+		// An upstream's rule replaces the load balancer's.
+		{"edge", "reports", "finance", "reports", nil, "", "loadBalancers[edge].upstreams[reports].allowedNamespaces"},
+		{"edge", "reports", "shop", "reports", nil, NamespaceNotAllowed, "loadBalancers[edge].upstreams[reports].allowedNamespaces"},
+		{"closed", "shop", "shop", "shop", web, NoRule, "loadBalancers[closed].allowedNamespaces"},
+		{"open", "any", "anyone", "x", nil, "", "loadBalancers[open].allowedNamespaces"},
+		{"nope", "shop", "shop", "shop", nil, UnknownLoadBalancer, "loadBalancers"},
+	}
+	for _, tt := range tests {
+		v := p.Claim(tt.lb, tt.upstream, types.NamespacedName{Namespace: tt.ns, Name: tt.name}, tt.labels)
+		if v.Allowed != (tt.want == "") || v.Reason != tt.want || v.Rule != tt.rule {
+			t.Errorf("%s/%s from %s/%s: %+v, want reason %q rule %s", tt.lb, tt.upstream, tt.ns, tt.name, v, tt.want, tt.rule)
+		}
+		if !v.Allowed && (v.Message == "" || !strings.Contains(v.Message, tt.rule[len("loadBalancers"):])) {
+			t.Errorf("%s/%s from %s/%s: message %q does not name the rule %s", tt.lb, tt.upstream, tt.ns, tt.name, v.Message, tt.rule)
+		}
+	}
+	if o, ok := p.Owner("edge", "checkout"); !ok || o.String() != "shop/checkout" {
+		t.Errorf("Owner(edge, checkout) = %v, %v", o, ok)
+	}
+	if _, ok := p.Owner("edge", "shop"); ok {
+		t.Error("edge/shop is not pinned")
+	}
+	if !p.NeedsNamespaceLabels() {
+		t.Error("a selector needs namespace labels")
+	}
+}
+
+func TestEndpoint(t *testing.T) {
+	p := policy(t)
+	a := netip.MustParseAddr
+	pod := func(ns string, ips ...string) Endpoint {
+		e := Endpoint{Addr: a("198.18.0.5"), PodNamespace: ns, PodName: "web-0", PodAddrs: []netip.Addr{}}
+		for _, ip := range ips {
+			e.PodAddrs = append(e.PodAddrs, a(ip))
+		}
+		return e
+	}
+	tests := []struct {
+		name string
+		lb   string
+		e    Endpoint
+		want Reason
+	}{
+		{"own pod", "edge", pod("shop", "198.18.0.5"), ""},
+		{"own pod, namespace implied", "edge", pod("", "198.18.0.5"), ""},
+		{"own pod, second address", "edge", pod("shop", "fd00::5", "198.18.0.5"), ""},
+		{"no pod", "edge", Endpoint{Addr: a("198.18.0.5")}, WithoutPod},
+		{"pod of another namespace", "edge", pod("bank", "198.18.0.5"), PodInOtherNamespace},
+		{"pod does not exist", "edge", Endpoint{Addr: a("198.18.0.5"), PodName: "web-0"}, NotPodAddress},
+		{"another pod's address", "edge", pod("shop", "198.18.0.6"), NotPodAddress},
+		{"pod without an address yet", "edge", pod("shop"), NotPodAddress},
+		{"outside the CIDRs, even a pod's", "edge", Endpoint{Addr: a("169.254.169.254"), PodNamespace: "shop", PodName: "web-0", PodAddrs: []netip.Addr{a("169.254.169.254")}}, OutsideCIDRs},
+		{"no pod, allowed", "open", Endpoint{Addr: a("198.19.1.1")}, ""},
+		{"no pod, IPv6 CIDR", "open", Endpoint{Addr: a("fd00::1")}, ""},
+		{"no pod, outside the CIDRs", "open", Endpoint{Addr: a("10.0.0.1")}, OutsideCIDRs},
+		{"closed load balancer still checks pods", "closed", Endpoint{Addr: a("10.0.0.1")}, WithoutPod},
+	}
+	for _, tt := range tests {
+		v := p.Endpoint(tt.lb, "shop", tt.e)
+		if v.Allowed != (tt.want == "") || v.Reason != tt.want {
+			t.Errorf("%s: %+v, want %q", tt.name, v, tt.want)
+		}
+		if !v.Allowed && (v.Message == "" || !strings.Contains(v.Message, tt.e.Addr.String())) {
+			t.Errorf("%s: message %q does not name the address", tt.name, v.Message)
+		}
+	}
+}

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
+	"github.com/stickydrain/stickydrain/controller/backend/nginxplus"
+	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/plan"
+	"github.com/stickydrain/stickydrain/test/cluster"
+	"github.com/stickydrain/stickydrain/test/haproxytest"
+	emulator "github.com/stickydrain/stickydrain/test/nginxplus"
+	"github.com/stickydrain/stickydrain/test/podhost"
+)
+
+// TestTenancy: only the namespaces the operator allows map onto a load
+// balancer, only onto their own pods, whatever order Services come in —
+// on a real HAProxy and on the NGINX Plus API emulator (test/nginxplus,
+// not NGINX Plus). A watcher reads both load balancers all along and
+// fails the test on any server that is not an allowed pod.
+func TestTenancy(t *testing.T) {
+	c := cluster.StartT(t, cluster.Options{})
+	app, err := bins.Build("github.com/stickydrain/stickydrain/test/sessionapp/cmd/sessionapp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	podhost.StartT(t, podhost.Options{Clientset: c.Clientset, Nodes: c.Nodes, Log: t.Logf,
+		Images: map[string]string{"sessionapp": app}})
+	h := haproxytest.Start(t, "k", haproxytest.Backend{Name: "shop", Slots: 8}, haproxytest.Backend{Name: "checkout", Slots: 8})
+	emu := emulator.New(emulator.Options{Upstreams: []emulator.Upstream{{Name: "shop", Zone: "shop"}}})
+	srv := httptest.NewServer(emu.Handler())
+	t.Cleanup(srv.Close)
+	plus, err := nginxplus.New(srv.URL+"/api", config.LoadBalancer{Name: "plus", Type: config.TypeNGINXPlus, Timeout: config.Duration{Duration: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	configFor := func(edgeNamespaces string) string {
+		return fmt.Sprintf(`
+loadBalancers:
+  - name: edge
+    type: haproxy
+    instances: {static: [%q]}
+    allowedNamespaces: {names: [%s]}
+    upstreams:
+      - {name: checkout, owner: shop/checkout}
+    allowedCIDRs: [198.18.0.0/15]
+  - name: plus
+    type: nginx-plus
+    instances: {static: [%q]}
+    allowedNamespaces: {selector: {matchLabels: {tenant: web}}}
+resync: 2s
+`, h.Address(), edgeNamespaces, srv.URL+"/api")
+	}
+	ctl := startController(t, c, asControllerServiceAccount(t, c), configFor("shop, blog"))
+	configPath := ctl.args[slices.Index(ctl.args, "--config")+1]
+	edge, err := haproxy.New(h.Address(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	k := c.Client
+	for ns, labels := range map[string]map[string]string{"shop": {"tenant": "web"}, "blog": nil, "evil": nil} {
+		must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}))
+	}
+
+	// What both load balancers hold, read all along: nothing but the pods
+	// of a Service allowed there may ever appear.
+	read := func() (edgeShop, edgeCheckout, plusShop map[netip.AddrPort]plan.State) {
+		edgeShop, _ = edge.Servers(ctx, "shop")
+		edgeCheckout, _ = edge.Servers(ctx, "checkout")
+		plusShop, _ = plus.Servers(ctx, "shop")
+		return
+	}
+	var (
+		mu      sync.Mutex
+		allowed = map[string]map[netip.Addr]bool{"edge/shop": {}, "edge/checkout": {}, "plus/shop": {}}
+		bad     []string
+	)
+	allow := func(u string, addrs ...netip.Addr) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, a := range addrs {
+			allowed[u][a] = true
+		}
+	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for watchCtx.Err() == nil {
+			es, ec, ps := read()
+			mu.Lock()
+			for u, m := range map[string]map[netip.AddrPort]plan.State{"edge/shop": es, "edge/checkout": ec, "plus/shop": ps} {
+				for a := range m {
+					if !allowed[u][a.Addr()] {
+						bad = append(bad, fmt.Sprintf("%s held %s at %s", u, a, time.Now().Format(time.TimeOnly)))
+					}
+				}
+			}
+			mu.Unlock()
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() {
+		stopWatch()
+		<-watched
+		mu.Lock()
+		defer mu.Unlock()
+		if len(bad) > 0 {
+			t.Errorf("servers that no allowed Service owns reached a load balancer:\n%s", strings.Join(bad[:min(len(bad), 20)], "\n"))
+		}
+	})
+
+	service := func(ns, name, upstreams string, selector map[string]string) {
+		t.Helper()
+		must(t, k.Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{"stickydrain.io/upstreams": upstreams}},
+			Spec: corev1.ServiceSpec{Selector: selector,
+				Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt(8080)}}},
+		}))
+	}
+	pod := func(ns, name, appLabel string) netip.Addr {
+		t.Helper()
+		must(t, k.Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": appLabel}},
+			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](1), Containers: []corev1.Container{{
+				Name: "app", Image: "sessionapp", Args: []string{"--listen=:8080"},
+				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+			}}},
+		}))
+		var ip netip.Addr
+		eventually(t, ctx, "pod "+ns+"/"+name+" running with an address", func() bool {
+			var p corev1.Pod
+			if k.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p) != nil || p.Status.PodIP == "" {
+				return false
+			}
+			ip = netip.MustParseAddr(p.Status.PodIP)
+			return true
+		})
+		return ip
+	}
+	slice := func(ns, service, name string, eps ...discoveryv1.Endpoint) {
+		t.Helper()
+		must(t, k.Create(ctx, &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{
+				discoveryv1.LabelServiceName: service, discoveryv1.LabelManagedBy: "someone.example"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
+			Endpoints:   eps,
+		}))
+	}
+	endpoint := func(addr string, target *corev1.ObjectReference) discoveryv1.Endpoint {
+		return discoveryv1.Endpoint{Addresses: []string{addr}, TargetRef: target, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		var evs eventsv1.EventList
+		_ = k.List(context.Background(), &evs)
+		for _, e := range evs.Items {
+			t.Logf("event %s/%s %s %s: %s", e.Regarding.Namespace, e.Regarding.Name, e.Type, e.Reason, e.Note)
+		}
+	})
+	events := func(ns, regarding, reason, contains string) bool {
+		var evs eventsv1.EventList
+		if k.List(ctx, &evs, client.InNamespace(ns)) != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Name == regarding && e.Reason == reason && e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, contains) {
+				return true
+			}
+		}
+		return false
+	}
+	holds := func(m map[netip.AddrPort]plan.State, want ...netip.Addr) bool {
+		if len(m) != len(want) {
+			return false
+		}
+		for _, a := range want {
+			if m[netip.AddrPortFrom(a, 8080)] != plan.Active {
+				return false
+			}
+		}
+		return true
+	}
+
+	// 1. A namespace nobody allowed claims edge/shop and plus/shop first,
+	// with a selector-less Service and a hand-written slice (the issue's
+	// report: 198.18.250.250 became a server of both HAProxy instances).
+	service("evil", "web", "edge/shop,plus/shop", nil)
+	slice("evil", "web", "web-1", endpoint("198.18.250.250", nil))
+	eventually(t, ctx, "UpstreamNotAllowed on evil/web naming edge's rule", func() bool {
+		return events("evil", "web", "UpstreamNotAllowed", "loadBalancers[edge].allowedNamespaces allows names shop, blog")
+	})
+	eventually(t, ctx, "UpstreamNotAllowed on evil/web naming plus' rule", func() bool {
+		return events("evil", "web", "UpstreamNotAllowed", "loadBalancers[plus].allowedNamespaces allows selector tenant=web")
+	})
+
+	// 2. The owner comes after: its pods, and only they, become servers.
+	shopA, shopB := pod("shop", "web-a", "web"), pod("shop", "web-b", "web")
+	allow("edge/shop", shopA, shopB)
+	allow("plus/shop", shopA, shopB)
+	service("shop", "web", "edge/shop,plus/shop", map[string]string{"app": "web"})
+	eventually(t, ctx, "shop's two pods, and nothing else, active on edge/shop and plus/shop", func() bool {
+		es, _, ps := read()
+		return holds(es, shopA, shopB) && holds(ps, shopA, shopB)
+	})
+
+	// 3. The owner's namespace adds a hand-written slice: no Pod, another
+	// Pod's name for a foreign address, another namespace's Pod, an
+	// address outside the pod network (a database's; the API server
+	// itself refuses link-local ones such as the metadata service).
+	slice("shop", "web", "web-extra",
+		endpoint("198.18.250.250", nil),
+		endpoint("198.18.250.251", &corev1.ObjectReference{Kind: "Pod", Namespace: "shop", Name: "web-a"}),
+		endpoint("198.18.250.252", &corev1.ObjectReference{Kind: "Pod", Namespace: "blog", Name: "web-a"}),
+		endpoint("10.0.0.1", nil))
+	for _, want := range []string{
+		"endpoint 198.18.250.250 names no Pod",
+		"endpoint 198.18.250.251 is not an address of Pod shop/web-a (it has " + shopA.String() + ")",
+		"endpoint 198.18.250.252 names Pod blog/web-a, outside the Service's namespace shop",
+		"endpoint 10.0.0.1 is outside loadBalancers[edge].allowedCIDRs (198.18.0.0/15)",
+	} {
+		eventually(t, ctx, "EndpointNotAllowed: "+want, func() bool { return events("shop", "web", "EndpointNotAllowed", want) })
+	}
+
+	// 4. The namespace nobody allowed claims again, after the owner.
+	service("evil", "web-2", "edge/shop", map[string]string{"app": "web"})
+	eventually(t, ctx, "UpstreamNotAllowed on evil/web-2", func() bool {
+		return events("evil", "web-2", "UpstreamNotAllowed", "namespace evil may not map onto edge/shop")
+	})
+
+	// 5. Pinning: blog is allowed on edge, but edge/checkout is pinned to
+	// shop/checkout. blog claims it first, and again while the owner's
+	// Service is deleted and re-created.
+	pod("blog", "blog-a", "blog")
+	service("blog", "checkout", "edge/checkout", map[string]string{"app": "blog"})
+	eventually(t, ctx, "UpstreamNotAllowed (pinned) on blog/checkout", func() bool {
+		return events("blog", "checkout", "UpstreamNotAllowed", "upstream edge/checkout is pinned to Service shop/checkout")
+	})
+	allow("edge/checkout", shopA, shopB)
+	for round := 0; round < 2; round++ {
+		service("shop", "checkout", "edge/checkout", map[string]string{"app": "web"})
+		eventually(t, ctx, "shop's pods on edge/checkout", func() bool { _, ec, _ := read(); return holds(ec, shopA, shopB) })
+		must(t, k.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "checkout"}}))
+		eventually(t, ctx, "edge/checkout emptied while its owner is away", func() bool { _, ec, _ := read(); return len(ec) == 0 })
+		time.Sleep(3 * time.Second) // a resync and more: blog must not take it
+		if _, ec, _ := read(); len(ec) != 0 {
+			t.Fatalf("edge/checkout holds %v while its pinned owner is deleted", ec)
+		}
+	}
+
+	// 6. Every refusal was counted.
+	ctl.expectMetrics(t,
+		`stickydrain_controller_refusals_total{lb="edge",reason="NamespaceNotAllowed"}`,
+		`stickydrain_controller_refusals_total{lb="plus",reason="NamespaceNotAllowed"}`,
+		`stickydrain_controller_refusals_total{lb="edge",reason="Pinned"}`,
+		`stickydrain_controller_refusals_total{lb="edge",reason="WithoutPod"}`,
+		`stickydrain_controller_refusals_total{lb="edge",reason="NotPodAddress"}`,
+		`stickydrain_controller_refusals_total{lb="edge",reason="PodInOtherNamespace"}`,
+		`stickydrain_controller_refusals_total{lb="edge",reason="OutsideCIDRs"}`,
+		`stickydrain_controller_refusals_total{lb="plus",reason="WithoutPod"}`,
+	)
+
+	// 7. The operator withdraws shop from edge in a configuration reload,
+	// and takes plus from it by relabelling the namespace: both empty,
+	// with an Event saying why.
+	must(t, os.WriteFile(configPath, []byte(configFor("blog")), 0o644))
+	eventually(t, ctx, "edge/shop emptied after shop's withdrawal", func() bool { es, _, _ := read(); return len(es) == 0 })
+	eventually(t, ctx, "UpstreamNotAllowed (withdrawn) on shop/web", func() bool {
+		return events("shop", "web", "UpstreamNotAllowed", "servers removed from edge/shop: namespace shop may not map onto edge/shop")
+	})
+	if _, _, ps := read(); !holds(ps, shopA, shopB) {
+		t.Errorf("plus/shop holds %v after edge withdrew shop; want shop's pods still", ps)
+	}
+	var ns corev1.Namespace
+	must(t, k.Get(ctx, client.ObjectKey{Name: "shop"}, &ns))
+	ns.Labels = map[string]string{"tenant": "none"}
+	must(t, k.Update(ctx, &ns))
+	eventually(t, ctx, "plus/shop emptied after shop lost its label", func() bool { _, _, ps := read(); return len(ps) == 0 })
+	// The pinned upstream is the operator's word: it stays.
+	service("shop", "checkout", "edge/checkout", map[string]string{"app": "web"})
+	eventually(t, ctx, "shop's pods on edge/checkout, pinned, after the withdrawal", func() bool { _, ec, _ := read(); return holds(ec, shopA, shopB) })
+	if es, _, _ := read(); len(es) != 0 {
+		t.Errorf("edge/shop holds %v after shop's withdrawal", es)
+	}
+}

@@ -3,8 +3,11 @@ package manifests_test
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/stickydrain/stickydrain/controller/config"
 )
 
 // The HAProxy configuration and the systemd drop-in that
@@ -53,5 +56,63 @@ func TestTheLifecycleDocQuotesTheSamples(t *testing.T) {
 	}
 	if checked < 10 {
 		t.Errorf("only %d configuration lines checked: the page's code blocks were not found", checked)
+	}
+}
+
+// Every controller configuration the docs show parses as the controller
+// parses it, and every test the threat model cites exists.
+func TestTheDocsConfigurationsParseAndTheThreatModelsTestsExist(t *testing.T) {
+	root := filepath.Join("..")
+	parsed := 0
+	for _, page := range []string{"README.md", filepath.Join("docs", "security.md")} {
+		b, err := os.ReadFile(filepath.Join(root, page))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var block []string
+		open := false
+		for _, l := range strings.Split(string(b), "\n") {
+			switch {
+			case strings.HasPrefix(l, "```") && !open:
+				open, block = strings.TrimPrefix(l, "```") == "yaml", nil
+			case strings.HasPrefix(l, "```"):
+				open = false
+				if len(block) > 0 && strings.HasPrefix(block[0], "loadBalancers:") {
+					parsed++
+					if _, err := config.Parse([]byte(strings.Join(block, "\n"))); err != nil {
+						t.Errorf("%s: a configuration shown does not parse: %v\n%s", page, err, strings.Join(block, "\n"))
+					}
+				}
+			case open:
+				block = append(block, l)
+			}
+		}
+	}
+	if parsed < 3 {
+		t.Errorf("found %d configurations in README.md and docs/security.md; want at least 3", parsed)
+	}
+
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "security.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sources strings.Builder
+	for _, dir := range []string{"controller", "webhook", "manifests"} {
+		_ = filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
+			if err == nil && strings.HasSuffix(path, "_test.go") {
+				b, _ := os.ReadFile(path)
+				sources.Write(b)
+			}
+			return nil
+		})
+	}
+	cited := regexp.MustCompile("`((?:Test|Fuzz)[A-Za-z]+)`").FindAllStringSubmatch(string(doc), -1)
+	if len(cited) < 6 {
+		t.Fatalf("docs/security.md cites %d tests; want the test behind each mitigation", len(cited))
+	}
+	for _, m := range cited {
+		if !strings.Contains(sources.String(), "func "+m[1]+"(") {
+			t.Errorf("docs/security.md cites %s, which no test file defines", m[1])
+		}
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -88,7 +89,9 @@ func TestTheInstallHasEveryPart(t *testing.T) {
 		"PodDisruptionBudget/stickydrain-controller",
 		"PodDisruptionBudget/stickydrain-webhook",
 		"Role/stickydrain-controller-leader-election",
+		"Role/stickydrain-webhook-leader-election",
 		"RoleBinding/stickydrain-controller-leader-election",
+		"RoleBinding/stickydrain-webhook-leader-election",
 		"Service/stickydrain-controller-metrics",
 		"Service/stickydrain-webhook",
 		"ServiceAccount/stickydrain-controller",
@@ -347,10 +350,16 @@ func TestTheSamplesAreAcceptedByTheWebhook(t *testing.T) {
 			var d appsv1.Deployment
 			find(t, objs, "Deployment", o.GetName(), &d)
 			pod := &corev1.Pod{ObjectMeta: d.Spec.Template.ObjectMeta, Spec: d.Spec.Template.Spec}
-			reason, err := inject.Inject(pod, nsObj, inject.Config{DrainctlImage: "ghcr.io/stickydrain/drainctl:v0.1.0"})
+			pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: d.Name, Controller: ptr.To(true)}}
+			res, err := inject.Inject(pod, nsObj, inject.Config{DrainctlImage: "ghcr.io/stickydrain/drainctl:v0.1.0"})
 			if err != nil {
 				t.Errorf("%s Deployment %s: %v", dir, d.Name, err)
 				continue
+			}
+			reason := res.Reason
+			// The samples are what users copy: legal, and meant.
+			for _, w := range res.Warnings {
+				t.Errorf("%s Deployment %s: admission warning %q", dir, d.Name, w)
 			}
 			switch {
 			case strings.HasPrefix(dir, "samples/haproxy"), strings.HasPrefix(dir, "samples/nginx-plus"):
@@ -442,7 +451,10 @@ func TestTheInstallAppliesToARealAPIServer(t *testing.T) {
 		{"stickydrain-webhook", "watch", "", "namespaces", "", true},
 		{"stickydrain-webhook", "list", "", "namespaces", "", true},
 		{"stickydrain-webhook", "update", "", "namespaces", "", false},
-		{"stickydrain-webhook", "get", "", "pods", "shop", false},
+		{"stickydrain-webhook", "watch", "", "pods", "", true},
+		{"stickydrain-webhook", "update", "", "pods", "shop", false},
+		{"stickydrain-webhook", "create", "events.k8s.io", "events", "shop", true},
+		{"stickydrain-webhook", "update", "coordination.k8s.io", "leases", ns, true},
 		{"stickydrain-webhook", "get", "", "secrets", ns, false},
 		{"stickydrain-controller", "watch", "discovery.k8s.io", "endpointslices", "", true},
 		{"stickydrain-controller", "watch", "", "services", "", true},

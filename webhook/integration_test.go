@@ -81,6 +81,13 @@ func installWebhookConfigurations(t *testing.T, c *cluster.Cluster, port int, ca
 	}
 }
 
+// optedIn labels a pod template in: a DaemonSet's pods are out of a
+// Namespace opt-in's default scope.
+func optedIn(tpl corev1.PodTemplateSpec) corev1.PodTemplateSpec {
+	tpl.Labels[inject.OptInLabel] = inject.LabelEnabled
+	return tpl
+}
+
 func sessionDeployment(ns, name string, annotations map[string]string) *appsv1.Deployment {
 	labels := map[string]string{"app": name}
 	return &appsv1.Deployment{
@@ -142,7 +149,8 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 	// The apiserver takes a moment to see new webhook configurations: wait
 	// until a dry-run pod comes back mutated.
 	poll(t, ctx, "the webhook configuration in effect", func() bool {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: "shop"},
+		// A bare pod: only its own label opts it in.
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: "shop", Labels: map[string]string{inject.OptInLabel: inject.LabelEnabled}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "sessionapp"}}}}
 		if err := k.Create(ctx, p, client.DryRunAll); err != nil {
 			return false
@@ -160,7 +168,7 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 	}
 	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: "shop"}, Spec: appsv1.DaemonSetSpec{
 		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "bad"}},
-		Template: sessionDeployment("shop", "bad", map[string]string{inject.AnnotationContainer: "nope"}).Spec.Template}}
+		Template: optedIn(sessionDeployment("shop", "bad", map[string]string{inject.AnnotationContainer: "nope"}).Spec.Template)}}
 	if err := k.Create(ctx, ds); err == nil || !strings.Contains(err.Error(), `annotation stickydrain.io/container="nope"`) {
 		t.Fatalf("bad DaemonSet: error %v", err)
 	}
@@ -170,6 +178,7 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 	}
 	// So is a bare pod with the same mistake, by the mutating webhook.
 	err = k.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: "shop",
+		Labels:      map[string]string{inject.OptInLabel: inject.LabelEnabled},
 		Annotations: map[string]string{inject.AnnotationFormat: "xml"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "sessionapp"}}}})
 	if err == nil || !strings.Contains(err.Error(), `annotation stickydrain.io/format: "xml" is not one of`) {

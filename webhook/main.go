@@ -17,6 +17,7 @@ import (
 
 	"github.com/stickydrain/stickydrain/internal/serving"
 	"github.com/stickydrain/stickydrain/webhook/admit"
+	"github.com/stickydrain/stickydrain/webhook/dryrun"
 	"github.com/stickydrain/stickydrain/webhook/inject"
 )
 
@@ -29,12 +30,16 @@ func main() {
 		probeAddr   string
 		pprofAddr   string
 		serving     serving.Flags
+		leaderElect bool
+		leaderNS    string
 	)
 	cfg.BindFlags(flag.CommandLine)
 	flag.StringVar(&certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "`directory` holding tls.crt and tls.key; reloaded when they change (cert-manager rotation)")
 	flag.IntVar(&port, "port", 9443, "webhook HTTPS `port`")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "`address` of the metrics endpoint; 0 disables it")
 	serving.Bind(flag.CommandLine)
+	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader among the replicas for the dry-run reporter (every replica answers admissions)")
+	flag.StringVar(&leaderNS, "leader-election-namespace", "", "`namespace` of the leader-election Lease (default: the pod's own)")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "`address` of /healthz and /readyz")
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "`address` of Go's /debug/pprof profiles, for diagnosis; empty (the default) disables them")
 	zapOpts := zap.Options{}
@@ -63,6 +68,12 @@ func main() {
 		HealthProbeBindAddress: probeAddr,
 		PprofBindAddress:       pprofAddr,
 		WebhookServer:          webhook.NewServer(webhook.Options{Port: port, CertDir: certDir, TLSOpts: serving.TLSOpts()}),
+		// Admissions are answered by every replica; only the dry-run
+		// reporter waits for the Lease.
+		LeaderElection:                leaderElect,
+		LeaderElectionID:              "stickydrain-webhook",
+		LeaderElectionNamespace:       leaderNS,
+		LeaderElectionReleaseOnCancel: true,
 	})
 	if err != nil {
 		log.Error(err, "creating manager")
@@ -75,6 +86,10 @@ func main() {
 	}
 	if err := admit.Register(mgr, cfg, m); err != nil {
 		log.Error(err, "registering webhooks")
+		os.Exit(1)
+	}
+	if err := (&dryrun.Reporter{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("stickydrain-webhook")}).SetupWithManager(mgr); err != nil {
+		log.Error(err, "setting up the dry-run reporter")
 		os.Exit(1)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

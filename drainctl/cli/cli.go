@@ -49,7 +49,11 @@ func DefaultEnv() Env {
 		Stdout: os.Stdout,
 		Stderr: os.Stderr,
 		OpenMainStdout: func() (io.WriteCloser, error) {
-			return os.OpenFile("/proc/1/fd/1", os.O_WRONLY|os.O_APPEND, 0)
+			pid, err := mainProcess("/proc", os.Getpid())
+			if err != nil {
+				return nil, err
+			}
+			return os.OpenFile(fmt.Sprintf("/proc/%d/fd/1", pid), os.O_WRONLY|os.O_APPEND, 0)
 		},
 		Executable: os.Executable,
 	}

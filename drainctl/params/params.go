@@ -169,7 +169,7 @@ func (w *Wait) Bind(fs *flag.FlagSet) {
 	fs.Var(intValue[int]{&w.UnreachableLimit, 1}, FlagUnreachableLimit, "end after this many consecutive failed polls (`count`): the app is gone or hung")
 	fs.StringVar(&w.Podinfo, FlagPodinfo, w.Podinfo, "downward-API annotations `file`: "+ReleaseAnnotation+" ends the drain, a shorter "+MaxWaitAnnotation+" shortens it")
 	fs.Var(choice{&w.LogFormat, []string{LogText, LogJSON}}, FlagLogFormat, "log `format`: text|json")
-	fs.StringVar(&w.LogFile, FlagLogFile, w.LogFile, "log to this `file` (default: the container's main stdout, /proc/1/fd/1, when writable, else stderr)")
+	fs.StringVar(&w.LogFile, FlagLogFile, w.LogFile, "log to this `file` (default: the stdout of the container's main process — PID 1, or with shareProcessNamespace the oldest process of drainctl's own cgroup — when writable, else stderr)")
 }
 
 // Validate checks what single flags cannot: combinations. Its errors name

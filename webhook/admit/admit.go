@@ -91,23 +91,29 @@ var _ admission.Defaulter[*corev1.Pod] = (*PodDefaulter)(nil)
 
 // Default mutates pod; an error denies its creation with the message.
 func (d *PodDefaulter) Default(ctx context.Context, pod *corev1.Pod) error {
+	_, err := d.mutate(ctx, pod)
+	return err
+}
+
+// mutate is Default, returning what it did and its warnings.
+func (d *PodDefaulter) mutate(ctx context.Context, pod *corev1.Pod) (inject.Result, error) {
 	start := time.Now()
 	log := logf.FromContext(ctx)
 	nsName := requestNamespace(ctx, pod)
 	ns, err := namespaceOf(ctx, d.Client, nsName)
 	if err != nil {
 		d.Metrics.observe("mutate-pod", start, "error", "namespace-unreadable")
-		return err
+		return inject.Result{}, err
 	}
-	reason, err := inject.Inject(pod, ns, d.Config)
+	res, err := inject.Inject(pod, ns, d.Config)
 	if err != nil {
-		d.Metrics.observe("mutate-pod", start, "denied", reason)
+		d.Metrics.observe("mutate-pod", start, "denied", res.Reason)
 		log.Info("refused pod", "namespace", nsName, "generateName", pod.GenerateName, "name", pod.Name, "error", err.Error())
-		return fmt.Errorf("stickydrain: %w", err)
+		return res, fmt.Errorf("stickydrain: %w", err)
 	}
-	d.Metrics.observe("mutate-pod", start, "allowed", reason)
-	log.V(1).Info("admitted pod", "namespace", nsName, "generateName", pod.GenerateName, "name", pod.Name, "reason", string(reason))
-	return nil
+	d.Metrics.observe("mutate-pod", start, "allowed", res.Reason)
+	log.V(1).Info("admitted pod", "namespace", nsName, "generateName", pod.GenerateName, "name", pod.Name, "reason", string(res.Reason), "warnings", len(res.Warnings))
+	return res, nil
 }
 
 // PodHandler answers pod admissions: PodDefaulter's mutation, sent as the
@@ -133,7 +139,8 @@ func (h *PodHandler) Handle(ctx context.Context, req admission.Request) admissio
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	orig := pod.DeepCopy()
-	if err := h.Defaulter.Default(ctx, pod); err != nil {
+	res, err := h.Defaulter.mutate(ctx, pod)
+	if err != nil {
 		var st apierrors.APIStatus
 		if errors.As(err, &st) {
 			status := st.Status()
@@ -145,26 +152,29 @@ func (h *PodHandler) Handle(ctx context.Context, req admission.Request) admissio
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
-	return admission.Patched("", ops...)
+	return admission.Patched("", ops...).WithWarnings(res.Warnings...)
 }
 
 // WorkloadValidator refuses workloads whose pod template would be refused.
 type WorkloadValidator[T client.Object] struct {
-	Client   client.Reader
-	Config   inject.Config
-	Metrics  *Metrics
-	Kind     string
-	Template func(T) *corev1.PodTemplateSpec
+	Client  client.Reader
+	Config  inject.Config
+	Metrics *Metrics
+	Kind    string
+	// OwnerKind is the kind of the controller of the workload's pods
+	// (a Deployment's pods belong to a ReplicaSet).
+	OwnerKind string
+	Template  func(T) *corev1.PodTemplateSpec
 }
 
 // ValidateCreate checks the template of a new workload.
 func (v *WorkloadValidator[T]) ValidateCreate(ctx context.Context, obj T) (admission.Warnings, error) {
-	return nil, v.validate(ctx, obj)
+	return v.validate(ctx, obj)
 }
 
 // ValidateUpdate checks the template of a changed workload.
 func (v *WorkloadValidator[T]) ValidateUpdate(ctx context.Context, _, obj T) (admission.Warnings, error) {
-	return nil, v.validate(ctx, obj)
+	return v.validate(ctx, obj)
 }
 
 // ValidateDelete allows every deletion.
@@ -172,23 +182,25 @@ func (v *WorkloadValidator[T]) ValidateDelete(context.Context, T) (admission.War
 	return nil, nil
 }
 
-func (v *WorkloadValidator[T]) validate(ctx context.Context, obj T) error {
+func (v *WorkloadValidator[T]) validate(ctx context.Context, obj T) (admission.Warnings, error) {
 	start := time.Now()
 	name := "validate-" + v.Kind
 	ns, err := namespaceOf(ctx, v.Client, requestNamespace(ctx, obj))
 	if err != nil {
 		v.Metrics.observe(name, start, "error", "namespace-unreadable")
-		return err
+		return nil, err
 	}
 	tpl := v.Template(obj)
 	pod := &corev1.Pod{ObjectMeta: *tpl.ObjectMeta.DeepCopy(), Spec: *tpl.Spec.DeepCopy()}
-	reason, err := inject.Inject(pod, ns, v.Config)
+	// Its pods will belong to this kind of controller.
+	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: v.OwnerKind, Name: obj.GetName(), Controller: ptr.To(true)}}
+	res, err := inject.Inject(pod, ns, v.Config)
 	if err != nil {
-		v.Metrics.observe(name, start, "denied", reason)
-		return fmt.Errorf("stickydrain: the pod template would be refused: %w", err)
+		v.Metrics.observe(name, start, "denied", res.Reason)
+		return nil, fmt.Errorf("stickydrain: the pod template would be refused: %w", err)
 	}
-	v.Metrics.observe(name, start, "allowed", reason)
-	return nil
+	v.Metrics.observe(name, start, "allowed", res.Reason)
+	return res.Warnings, nil
 }
 
 // PodPath is where the pod mutating webhook is served (the path
@@ -212,16 +224,16 @@ func Register(mgr manager.Manager, cfg inject.Config, m *Metrics) error {
 	})
 	errs := []error{
 		builder.WebhookManagedBy(mgr, &appsv1.Deployment{}).WithValidator(&WorkloadValidator[*appsv1.Deployment]{
-			Client: c, Config: cfg, Metrics: m, Kind: "deployment",
+			Client: c, Config: cfg, Metrics: m, Kind: "deployment", OwnerKind: "ReplicaSet",
 			Template: func(o *appsv1.Deployment) *corev1.PodTemplateSpec { return &o.Spec.Template }}).Complete(),
 		builder.WebhookManagedBy(mgr, &appsv1.StatefulSet{}).WithValidator(&WorkloadValidator[*appsv1.StatefulSet]{
-			Client: c, Config: cfg, Metrics: m, Kind: "statefulset",
+			Client: c, Config: cfg, Metrics: m, Kind: "statefulset", OwnerKind: "StatefulSet",
 			Template: func(o *appsv1.StatefulSet) *corev1.PodTemplateSpec { return &o.Spec.Template }}).Complete(),
 		builder.WebhookManagedBy(mgr, &appsv1.ReplicaSet{}).WithValidator(&WorkloadValidator[*appsv1.ReplicaSet]{
-			Client: c, Config: cfg, Metrics: m, Kind: "replicaset",
+			Client: c, Config: cfg, Metrics: m, Kind: "replicaset", OwnerKind: "ReplicaSet",
 			Template: func(o *appsv1.ReplicaSet) *corev1.PodTemplateSpec { return &o.Spec.Template }}).Complete(),
 		builder.WebhookManagedBy(mgr, &appsv1.DaemonSet{}).WithValidator(&WorkloadValidator[*appsv1.DaemonSet]{
-			Client: c, Config: cfg, Metrics: m, Kind: "daemonset",
+			Client: c, Config: cfg, Metrics: m, Kind: "daemonset", OwnerKind: "DaemonSet",
 			Template: func(o *appsv1.DaemonSet) *corev1.PodTemplateSpec { return &o.Spec.Template }}).Complete(),
 	}
 	return errors.Join(errs...)

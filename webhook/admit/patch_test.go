@@ -85,9 +85,9 @@ func TestTypedPatchTurnsTheReceivedPodIntoTheMutatedOne(t *testing.T) {
 	for name, pod := range podShapes() {
 		t.Run(name, func(t *testing.T) {
 			mutated := pod.DeepCopy()
-			reason, err := inject.Inject(mutated, inject.Namespace{}, inject.Config{DrainctlImage: "drainctl:test"})
-			if err != nil || reason != inject.ReasonInjected {
-				t.Fatalf("inject: %v %v", reason, err)
+			res, err := inject.Inject(mutated, inject.Namespace{}, inject.Config{DrainctlImage: "drainctl:test"})
+			if err != nil || res.Reason != inject.ReasonInjected {
+				t.Fatalf("inject: %v %v", res.Reason, err)
 			}
 			ops, err := typedPatch(pod, mutated)
 			if err != nil {

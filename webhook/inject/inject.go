@@ -54,6 +54,14 @@ const (
 	ReasonOptedOut        Reason = "opted-out"
 	ReasonAlreadyInjected Reason = "already-injected"
 	ReasonInvalid         Reason = "invalid"
+	// ReasonBarePod: the Namespace opted in, but the pod has no
+	// controller (kubectl run, kubectl debug); its own label opts it in.
+	ReasonBarePod Reason = "bare-pod"
+	// ReasonOwnerOutOfScope: the Namespace opted in, but the pod's
+	// controller is not of the owner kinds (a Job's pod).
+	ReasonOwnerOutOfScope Reason = "owner-out-of-scope"
+	// ReasonDryRun: opted in for a look; nothing injected.
+	ReasonDryRun Reason = "dry-run"
 )
 
 // Config is what the webhook's flags set.
@@ -61,11 +69,22 @@ type Config struct {
 	// DrainctlImage is the image of the init container that installs
 	// drainctl (it holds the static binary at InstallerPath).
 	DrainctlImage string
+	// OwnerKinds are the controller kinds whose pods a Namespace opt-in
+	// reaches; empty: DefaultOwnerKinds.
+	OwnerKinds []string
 }
 
 // BindFlags registers the config's flags.
 func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DrainctlImage, "drainctl-image", c.DrainctlImage, "`image` of the init container that installs drainctl into opted-in pods")
+	fs.Func("namespace-opt-in-owner-kinds", "comma-separated `kinds` of controller whose pods a Namespace opt-in reaches (default "+strings.Join(DefaultOwnerKinds, ",")+"; also DaemonSet, Job, CronJob, ReplicationController); a pod's own label opts any pod in", func(v string) error {
+		k, err := ParseOwnerKinds(v)
+		if err != nil {
+			return err
+		}
+		c.OwnerKinds = k
+		return nil
+	})
 }
 
 // Validate checks the config.
@@ -93,36 +112,32 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("annotation %s=%q: %s", e.Annotation, e.Value, e.Problem)
 }
 
-// OptedIn reports whether a pod with these labels in a Namespace with
-// nsLabels takes part, and the reason when it does not.
-func OptedIn(podLabels, nsLabels map[string]string) (bool, Reason) {
-	switch podLabels[OptInLabel] {
-	case LabelEnabled:
-		return true, ""
-	case LabelDisabled:
-		return false, ReasonOptedOut
-	}
-	if nsLabels[OptInLabel] == LabelEnabled {
-		return true, ""
-	}
-	return false, ReasonNotOptedIn
-}
-
 // Namespace is what Inject reads of the pod's Namespace.
 type Namespace struct {
 	Labels      map[string]string
 	Annotations map[string]string
 }
 
-// Inject adds the drain to pod in place. It returns ReasonInjected when it
-// changed the pod, another Reason when it left it alone, or an *Error (or
-// several, joined) when a parameter is bad.
-func Inject(pod *corev1.Pod, ns Namespace, cfg Config) (Reason, error) {
-	if ok, why := OptedIn(pod.Labels, ns.Labels); !ok {
-		return why, nil
+// Result is what Inject did to a pod.
+type Result struct {
+	Reason Reason
+	// Warnings are legal settings that are probably not what the user
+	// meant, each naming the annotation or field and the fix: the
+	// admission response's warnings, which kubectl prints.
+	Warnings []string
+}
+
+// Inject adds the drain to pod in place. Its Reason is ReasonInjected when
+// it changed the pod, another when it left it alone (ReasonDryRun: it only
+// set AnnotationDryRun), and ReasonInvalid with an *Error (or several,
+// joined) when a parameter is bad.
+func Inject(pod *corev1.Pod, ns Namespace, cfg Config) (Result, error) {
+	mode, why, err := Scope(pod, ns, cfg)
+	if err != nil || mode == Skip {
+		return Result{Reason: why}, err
 	}
 	if pod.Annotations[AnnotationStatus] == StatusInjected || carriesDrain(&pod.Spec) {
-		return ReasonAlreadyInjected, nil
+		return Result{Reason: ReasonAlreadyInjected}, nil
 	}
 	get := func(key string) (string, bool) {
 		if v, ok := pod.Annotations[key]; ok {
@@ -131,18 +146,60 @@ func Inject(pod *corev1.Pod, ns Namespace, cfg Config) (Reason, error) {
 		v, ok := ns.Annotations[key]
 		return v, ok
 	}
-	plan, err := Resolve(&pod.Spec, get)
+	target := pod
+	if mode == DryRun {
+		target = pod.DeepCopy()
+	}
+	plan, err := Resolve(&target.Spec, get)
+	if err == nil {
+		err = apply(target, plan, cfg)
+	}
+	if mode == DryRun {
+		setAnnotation(pod, AnnotationDryRun, dryRunSummary(pod, target, plan, err))
+		var warnings []string
+		if err == nil {
+			warnings = plan.Warnings
+		}
+		return Result{Reason: ReasonDryRun, Warnings: warnings}, nil
+	}
 	if err != nil {
-		return ReasonInvalid, err
+		return Result{Reason: ReasonInvalid}, err
 	}
-	if err := apply(pod, plan, cfg); err != nil {
-		return ReasonInvalid, err
-	}
+	setAnnotation(pod, AnnotationStatus, StatusInjected)
+	return Result{Reason: ReasonInjected, Warnings: plan.Warnings}, nil
+}
+
+func setAnnotation(pod *corev1.Pod, key, value string) {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[AnnotationStatus] = StatusInjected
-	return ReasonInjected, nil
+	pod.Annotations[key] = value
+}
+
+// dryRunSummary says, in one line, what a dry run would have done.
+func dryRunSummary(orig, injected *corev1.Pod, plan *Plan, err error) string {
+	if err != nil {
+		return "would refuse the pod: " + strings.ReplaceAll(err.Error(), "\n", "; ")
+	}
+	c := injected.Spec.Containers[plan.Container]
+	grace := ptr.Deref(orig.Spec.TerminationGracePeriodSeconds, corev1.DefaultTerminationGracePeriodSeconds)
+	s := fmt.Sprintf("would hook container %s with preStop %q; terminationGracePeriodSeconds %d -> %d",
+		c.Name, strings.Join(c.Lifecycle.PreStop.Exec.Command, " "), grace,
+		ptr.Deref(injected.Spec.TerminationGracePeriodSeconds, corev1.DefaultTerminationGracePeriodSeconds))
+	if plan.InjectBin {
+		s += "; an init container copies drainctl from " + strings.Join(initImages(injected), ",")
+	}
+	return s
+}
+
+func initImages(p *corev1.Pod) []string {
+	var out []string
+	for _, c := range p.Spec.InitContainers {
+		if strings.HasPrefix(c.Name, InitContainer) {
+			out = append(out, c.Image)
+		}
+	}
+	return out
 }
 
 // Plan is what the parameters resolve to for one pod spec.
@@ -153,6 +210,7 @@ type Plan struct {
 	WaitArgs    []string
 	Keep        []string // an existing exec preStop to run first
 	Grace       int64    // the least terminationGracePeriodSeconds
+	Warnings    []string // legal but probably not meant (see warnings)
 }
 
 // Resolve reads the parameters (get looks one up: the pod's annotation,
@@ -281,6 +339,7 @@ func Resolve(spec *corev1.PodSpec, get func(string) (string, bool)) (*Plan, erro
 	}
 	plan.WaitArgs = params.Args(fs)
 	plan.Grace = int64((w.MaxWait + w.MinWait + margin + time.Second - 1) / time.Second)
+	plan.Warnings = warnings(spec, plan, w, get)
 	return plan, nil
 }
 

@@ -25,7 +25,7 @@ func basePod(mod ...func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "shop", Annotations: map[string]string{
 			AnnotationURL: "http://localhost:8080/manager/text/list", AnnotationContext: "/app", AnnotationMaxWait: "12h",
-		}},
+		}, OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-5d7f", Controller: ptr.To(true)}}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "tomcat", Image: "tomcat:10"}}},
 	}
 	for _, m := range mod {
@@ -250,7 +250,8 @@ func TestInject(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := tt.pod.DeepCopy()
-			reason, err := Inject(p, tt.ns, cfg)
+			res, err := Inject(p, tt.ns, cfg)
+			reason := res.Reason
 			if reason != tt.reason {
 				t.Errorf("reason %q, want %q (error %v)", reason, tt.reason, err)
 			}
@@ -268,7 +269,7 @@ func TestInject(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Inject: %v", err)
 			}
-			if reason != ReasonInjected {
+			if reason != ReasonInjected && reason != ReasonDryRun {
 				if diff := cmp.Diff(tt.pod, p); diff != "" {
 					t.Errorf("a pod left alone was changed (-before +after):\n%s", diff)
 				}
@@ -292,7 +293,7 @@ func TestInjectIsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	once := p.DeepCopy()
-	if r, err := Inject(p, optedNS, cfg); err != nil || r != ReasonAlreadyInjected {
+	if r, err := Inject(p, optedNS, cfg); err != nil || r.Reason != ReasonAlreadyInjected {
 		t.Fatalf("second pass: %v %v", r, err)
 	}
 	if diff := cmp.Diff(once, p); diff != "" {
@@ -300,7 +301,7 @@ func TestInjectIsIdempotent(t *testing.T) {
 	}
 	delete(p.Annotations, AnnotationStatus)
 	lost := p.DeepCopy()
-	if r, err := Inject(p, optedNS, cfg); err != nil || r != ReasonAlreadyInjected {
+	if r, err := Inject(p, optedNS, cfg); err != nil || r.Reason != ReasonAlreadyInjected {
 		t.Fatalf("a pass over a mutated pod that lost its status annotation: %v %v", r, err)
 	}
 	if diff := cmp.Diff(lost, p); diff != "" {

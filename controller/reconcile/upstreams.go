@@ -1,0 +1,63 @@
+package reconcile
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/stickydrain/stickydrain/controller/config"
+)
+
+// upstreamRef names one upstream of one load balancer, "<lb>/<upstream>".
+type upstreamRef struct{ LB, Upstream string }
+
+func (u upstreamRef) String() string { return u.LB + "/" + u.Upstream }
+
+// maxUpstreamName bounds an upstream name from an annotation: it ends up
+// in Event actions (128 characters at most) and log lines.
+const maxUpstreamName = 100
+
+// ParseUpstreams reads the stickydrain.io/upstreams annotation.
+func ParseUpstreams(v string, cfg *config.Config) ([]upstreamRef, error) {
+	var out []upstreamRef
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		lb, up, ok := strings.Cut(part, "/")
+		if !ok || lb == "" || !config.UpstreamNameRE.MatchString(up) || len(up) > maxUpstreamName {
+			return nil, fmt.Errorf("annotation %s: %q is not <lb>/<upstream> (an upstream name is up to %d letters, digits, _ . : -)", AnnotationUpstreams, part, maxUpstreamName)
+		}
+		found := false
+		for _, l := range cfg.LoadBalancers {
+			found = found || l.Name == lb
+		}
+		if !found {
+			return nil, fmt.Errorf("annotation %s: no load balancer %q in the configuration", AnnotationUpstreams, lb)
+		}
+		out = append(out, upstreamRef{lb, up})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("annotation %s is empty; want <lb>/<upstream>", AnnotationUpstreams)
+	}
+	return out, nil
+}
+
+// Indexes of Services: by each "<lb>/<upstream>" they map, and by each
+// load balancer they map onto.
+const (
+	indexUpstream = "stickydrain.io/upstream"
+	indexLB       = "stickydrain.io/lb"
+)
+
+// upstreamKeys are the "<lb>/<upstream>" entries of an upstreams
+// annotation, unvalidated (ParseUpstreams validates).
+func upstreamKeys(v string) []string {
+	var out []string
+	for _, part := range strings.Split(v, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}

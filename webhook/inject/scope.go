@@ -1,0 +1,106 @@
+package inject
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// LabelDryRun, as the value of OptInLabel on a Namespace or a pod, opts in
+// for a look only: nothing is injected; the pod carries AnnotationDryRun
+// saying what would have been.
+const LabelDryRun = "dry-run"
+
+// AnnotationOwnerKinds, on a Namespace, lists the kinds of controller
+// whose pods a Namespace opt-in reaches ("ReplicaSet,StatefulSet,DaemonSet"),
+// replacing the webhook's --namespace-opt-in-owner-kinds.
+const AnnotationOwnerKinds = Prefix + "owner-kinds"
+
+// AnnotationDryRun is set by the webhook on a dry-run pod: what it would
+// have injected, or why it would have refused the pod.
+const AnnotationDryRun = Prefix + "dry-run"
+
+// DefaultOwnerKinds are the controllers whose pods serve sessions and are
+// replaced by rollouts, node drains and scale-downs. Not Jobs (their pods
+// run to completion and hold no sessions), not bare pods (kubectl run,
+// kubectl debug); DaemonSets only by choice (one pod per node, rarely
+// behind a sticky load balancer).
+var DefaultOwnerKinds = []string{"ReplicaSet", "StatefulSet"}
+
+// ownerKinds are the kinds the webhook takes on a Namespace opt-in.
+var ownerKinds = []string{"ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob", "ReplicationController"}
+
+// ParseOwnerKinds reads a comma-separated list of controller kinds.
+func ParseOwnerKinds(v string) ([]string, error) {
+	var out []string
+	for _, k := range strings.Split(v, ",") {
+		k = strings.TrimSpace(k)
+		if k == "" {
+			continue
+		}
+		if !slices.Contains(ownerKinds, k) {
+			return nil, fmt.Errorf("%q is not a controller kind; want a comma-separated list of %s", k, strings.Join(ownerKinds, ", "))
+		}
+		out = append(out, k)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("empty; want a comma-separated list of %s", strings.Join(ownerKinds, ", "))
+	}
+	return out, nil
+}
+
+// Mode is how a pod takes part.
+type Mode int
+
+// Modes.
+const (
+	Skip   Mode = iota // leave the pod alone
+	Drain              // inject the drain
+	DryRun             // record what would be injected
+)
+
+// Scope decides whether and how a pod takes part, and the reason when it
+// does not: its own label first (any pod may opt itself in or out), else
+// its Namespace's, which reaches only pods whose controller is of one of
+// the owner kinds (the Namespace's AnnotationOwnerKinds, else cfg's).
+func Scope(pod *corev1.Pod, ns Namespace, cfg Config) (Mode, Reason, error) {
+	switch pod.Labels[OptInLabel] {
+	case LabelEnabled:
+		return Drain, "", nil
+	case LabelDryRun:
+		return DryRun, "", nil
+	case LabelDisabled:
+		return Skip, ReasonOptedOut, nil
+	}
+	var mode Mode
+	switch ns.Labels[OptInLabel] {
+	case LabelEnabled:
+		mode = Drain
+	case LabelDryRun:
+		mode = DryRun
+	default:
+		return Skip, ReasonNotOptedIn, nil
+	}
+	kinds := cfg.OwnerKinds
+	if len(kinds) == 0 {
+		kinds = DefaultOwnerKinds
+	}
+	if v, ok := ns.Annotations[AnnotationOwnerKinds]; ok {
+		k, err := ParseOwnerKinds(v)
+		if err != nil {
+			return Skip, ReasonInvalid, &Error{Annotation: AnnotationOwnerKinds, Value: v, Problem: err.Error() + " (on the Namespace)"}
+		}
+		kinds = k
+	}
+	owner := metav1.GetControllerOf(pod)
+	switch {
+	case owner == nil:
+		return Skip, ReasonBarePod, nil
+	case !slices.Contains(kinds, owner.Kind):
+		return Skip, ReasonOwnerOutOfScope, nil
+	}
+	return mode, "", nil
+}

@@ -20,7 +20,7 @@ if [ "${BENCH_ONLY:-}" != go ]; then
 	go build -o "$sys/stickydrain-bench" ./bench/cmd/stickydrain-bench
 	for b in admission propagation scale; do
 		echo "running stickydrain-bench $b …" >&2
-		"$sys/stickydrain-bench" -out "$sys/$b.md" "$b"
+		"$sys/stickydrain-bench" --out "$sys/$b.md" "$b"
 	done
 fi
 echo "running Go benchmarks (pure functions, drainctl footprint) …" >&2

@@ -5,11 +5,11 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"time"
 
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -20,31 +20,53 @@ import (
 
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/reconcile"
+	"github.com/stickydrain/stickydrain/internal/cmdline"
+	"github.com/stickydrain/stickydrain/internal/kubeflags"
 	"github.com/stickydrain/stickydrain/internal/serving"
 )
 
+const synopsis = `controller [flags]
+
+Keeps load-balancer upstreams in step with the EndpointSlices of the
+Services annotated stickydrain.io/upstreams: ready endpoints active,
+terminating ones draining, gone ones removed, on every instance of every
+load balancer of --config.`
+
+// options are the controller's command-line settings.
+type options struct {
+	configPath  string
+	metricsAddr string
+	probeAddr   string
+	pprofAddr   string
+	concurrency int
+	leaderElect bool
+	leaderNS    string
+	serving     serving.Flags
+	zap         zap.Options
+}
+
+// flagSet binds every flag of the controller to o.
+func flagSet(o *options) *pflag.FlagSet {
+	fs := cmdline.New("controller")
+	fs.StringVar(&o.configPath, "config", "/etc/stickydrain/controller.yaml", "configuration `file`: the load balancers and their instances")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "`address` of the metrics endpoint; 0 disables it")
+	o.serving.Bind(fs)
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "`address` of /healthz and /readyz")
+	fs.IntVar(&o.concurrency, "concurrent-reconciles", 8, "how many Services are brought in step at once (a burst of drains across Services waits for no other)")
+	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", "`address` of Go's /debug/pprof profiles, for diagnosis; empty (the default) disables them")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader, so that of several replicas one acts at a time")
+	fs.StringVar(&o.leaderNS, "leader-election-namespace", "", "`namespace` of the leader-election Lease (default: the pod's own)")
+	fs.AddGoFlagSet(kubeflags.GoFlags(&o.zap))
+	return fs
+}
+
 func main() {
-	var (
-		configPath  string
-		metricsAddr string
-		probeAddr   string
-		pprofAddr   string
-		concurrency int
-		leaderElect bool
-		leaderNS    string
-		serving     serving.Flags
-	)
-	flag.StringVar(&configPath, "config", "/etc/stickydrain/controller.yaml", "configuration `file`: the load balancers and their instances")
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "`address` of the metrics endpoint; 0 disables it")
-	serving.Bind(flag.CommandLine)
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "`address` of /healthz and /readyz")
-	flag.IntVar(&concurrency, "concurrent-reconciles", 8, "how many Services are brought in step at once (a burst of drains across Services waits for no other)")
-	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "`address` of Go's /debug/pprof profiles, for diagnosis; empty (the default) disables them")
-	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader, so that of several replicas one acts at a time")
-	flag.StringVar(&leaderNS, "leader-election-namespace", "", "`namespace` of the leader-election Lease (default: the pod's own)")
-	zapOpts := zap.Options{}
-	zapOpts.BindFlags(flag.CommandLine)
-	flag.Parse()
+	var o options
+	if status, ok := cmdline.Parse(flagSet(&o), synopsis, os.Args[1:], os.Stdout, os.Stderr); !ok {
+		os.Exit(status)
+	}
+	configPath, metricsAddr, probeAddr, pprofAddr := o.configPath, o.metricsAddr, o.probeAddr, o.pprofAddr
+	concurrency, leaderElect, leaderNS, serving, zapOpts := o.concurrency, o.leaderElect, o.leaderNS, o.serving, o.zap
 	if concurrency < 1 {
 		fmt.Fprintf(os.Stderr, "controller: --concurrent-reconciles=%d: want 1 or more\n", concurrency)
 		os.Exit(2)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -280,7 +281,11 @@ func TestUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"wait", "--max-wait", "forever"}, `invalid value "forever" for flag -max-wait`},
+		{[]string{"wait", "--max-wait", "forever"}, `invalid argument "forever" for "--max-wait" flag: "forever" is not a duration; want a number with a unit`},
+		{[]string{"wait", "--max-wait=forever"}, `invalid argument "forever" for "--max-wait" flag`},
+		{[]string{"wait", "--maxwait", "1h"}, "unknown flag: --maxwait"},
+		{[]string{"wait", "--interval"}, "flag needs an argument: --interval"},
+		{[]string{"count", "--url", "http://localhost:1/", "--format", "xml"}, `invalid argument "xml" for "--format" flag: "xml" is not one of auto|number`},
 		{[]string{"wait", "--format", "json", "--url", "http://localhost:1/"}, "--format json needs --json-path"},
 		{[]string{"wait", "--url", "localhost:8080"}, "want an http:// or https:// URL"},
 		{[]string{"wait", "stray"}, `unexpected argument "stray"`},
@@ -411,4 +416,30 @@ func BenchmarkPollFootprint(b *testing.B) {
 		b.ReportMetric(float64(polls.Load()), "polls")
 	}
 	b.ReportMetric(float64(fi.Size())/(1<<20), "binary-MiB")
+}
+
+var update = flag.Bool("update", false, "rewrite the golden help files in testdata")
+
+// TestHelpIsGolden: each command's --help, as the binary prints it (GNU
+// style, sorted, with types and defaults), is the committed golden file.
+func TestHelpIsGolden(t *testing.T) {
+	for _, cmd := range []string{"wait", "count", "install"} {
+		r := drainctl(t, cmd, "--help")
+		if r.code != 0 {
+			t.Fatalf("%s --help: exit %d, stderr %q", cmd, r.code, r.stderr)
+		}
+		path := filepath.Join("testdata", "help-"+cmd+".golden")
+		if *update {
+			if err := os.WriteFile(path, []byte(r.stdout), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (go test ./drainctl -run TestHelpIsGolden -update writes it)", err)
+		}
+		if r.stdout != string(want) {
+			t.Errorf("drainctl %s --help differs from %s (-update rewrites it):\n%s", cmd, path, r.stdout)
+		}
+	}
 }

@@ -3,10 +3,10 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"os"
 
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -15,36 +15,57 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/stickydrain/stickydrain/internal/cmdline"
+	"github.com/stickydrain/stickydrain/internal/kubeflags"
 	"github.com/stickydrain/stickydrain/internal/serving"
 	"github.com/stickydrain/stickydrain/webhook/admit"
 	"github.com/stickydrain/stickydrain/webhook/dryrun"
 	"github.com/stickydrain/stickydrain/webhook/inject"
 )
 
+const synopsis = `webhook [flags]
+
+stickydrain's admission webhooks: injects the drain (a preStop running
+drainctl wait, a long enough grace period) into opted-in pods, and warns
+about or refuses workloads whose drain parameters are bad.`
+
+// options are the webhook's command-line settings.
+type options struct {
+	cfg         inject.Config
+	certDir     string
+	port        int
+	metricsAddr string
+	probeAddr   string
+	pprofAddr   string
+	serving     serving.Flags
+	leaderElect bool
+	leaderNS    string
+	zap         zap.Options
+}
+
+// flagSet binds every flag of the webhook to o.
+func flagSet(o *options) *pflag.FlagSet {
+	fs := cmdline.New("webhook")
+	o.cfg.BindFlags(fs)
+	fs.StringVar(&o.certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "`directory` holding tls.crt and tls.key; reloaded when they change (cert-manager rotation)")
+	fs.IntVar(&o.port, "port", 9443, "webhook HTTPS `port`")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "`address` of the metrics endpoint; 0 disables it")
+	o.serving.Bind(fs)
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader among the replicas for the dry-run reporter (every replica answers admissions)")
+	fs.StringVar(&o.leaderNS, "leader-election-namespace", "", "`namespace` of the leader-election Lease (default: the pod's own)")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "`address` of /healthz and /readyz")
+	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", "`address` of Go's /debug/pprof profiles, for diagnosis; empty (the default) disables them")
+	fs.AddGoFlagSet(kubeflags.GoFlags(&o.zap))
+	return fs
+}
+
 func main() {
-	var (
-		cfg         inject.Config
-		certDir     string
-		port        int
-		metricsAddr string
-		probeAddr   string
-		pprofAddr   string
-		serving     serving.Flags
-		leaderElect bool
-		leaderNS    string
-	)
-	cfg.BindFlags(flag.CommandLine)
-	flag.StringVar(&certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "`directory` holding tls.crt and tls.key; reloaded when they change (cert-manager rotation)")
-	flag.IntVar(&port, "port", 9443, "webhook HTTPS `port`")
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "`address` of the metrics endpoint; 0 disables it")
-	serving.Bind(flag.CommandLine)
-	flag.BoolVar(&leaderElect, "leader-elect", false, "elect a leader among the replicas for the dry-run reporter (every replica answers admissions)")
-	flag.StringVar(&leaderNS, "leader-election-namespace", "", "`namespace` of the leader-election Lease (default: the pod's own)")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "`address` of /healthz and /readyz")
-	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "`address` of Go's /debug/pprof profiles, for diagnosis; empty (the default) disables them")
-	zapOpts := zap.Options{}
-	zapOpts.BindFlags(flag.CommandLine)
-	flag.Parse() // --kubeconfig is registered by controller-runtime
+	var o options
+	if status, ok := cmdline.Parse(flagSet(&o), synopsis, os.Args[1:], os.Stdout, os.Stderr); !ok {
+		os.Exit(status)
+	}
+	cfg, certDir, port, metricsAddr, probeAddr, pprofAddr := o.cfg, o.certDir, o.port, o.metricsAddr, o.probeAddr, o.pprofAddr
+	serving, leaderElect, leaderNS, zapOpts := o.serving, o.leaderElect, o.leaderNS, o.zap
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("webhook")
 

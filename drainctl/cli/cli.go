@@ -5,7 +5,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/stickydrain/stickydrain/drainctl/drain"
 	"github.com/stickydrain/stickydrain/drainctl/params"
@@ -106,29 +107,26 @@ Exit status of wait: 0 drained, 2 usage error, 3 max-wait reached, 4 app unreach
 5 released by an operator, 6 interrupted, 1 other failure.
 `
 
-func newFlagSet(name string, env Env, synopsis string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
+func newFlagSet(name string, env Env, synopsis string) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	// Flags end at the first argument: what follows -- is a command.
+	fs.SetInterspersed(false)
 	fs.Usage = func() {
-		fmt.Fprintf(env.Stdout, "%s\nFlags:\n", synopsis)
-		fs.SetOutput(env.Stdout)
-		fs.PrintDefaults()
-		fs.SetOutput(env.Stderr)
+		fmt.Fprintf(env.Stdout, "%s\nFlags:\n%s", synopsis, fs.FlagUsages())
 	}
 	return fs
 }
 
 // parse parses flags; ok is false with the exit status when it should stop.
-func parse(fs *flag.FlagSet, args []string, env Env) (status int, ok bool) {
-	// The flag package prints the whole usage on any error; print only
-	// the error, naming the flag, and the full usage on --help.
+func parse(fs *pflag.FlagSet, args []string, env Env) (status int, ok bool) {
+	// On an error print only the error, naming the flag; the full usage on
+	// --help.
 	help := fs.Usage
 	fs.Usage = func() {}
 	fs.SetOutput(io.Discard)
 	err := fs.Parse(args)
-	fs.SetOutput(env.Stderr)
 	fs.Usage = help
-	if errors.Is(err, flag.ErrHelp) {
+	if errors.Is(err, pflag.ErrHelp) {
 		fs.Usage()
 		return 0, false
 	}

@@ -7,7 +7,6 @@ package params
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -16,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
 // Annotations drainctl reads from the pod's downward-API annotations file
@@ -141,7 +142,7 @@ func NewWait() *Wait {
 }
 
 // BindSource registers the source flags on fs.
-func (s *Source) BindSource(fs *flag.FlagSet) {
+func (s *Source) BindSource(fs *pflag.FlagSet) {
 	fs.StringVar(&s.URL, FlagURL, s.URL, "session-count `URL`, normally http://localhost:PORT/... (the pod itself); empty: a timed drain of --max-wait")
 	fs.Var(choice{&s.Format, Formats}, FlagFormat, "body `format`: "+strings.Join(Formats, "|"))
 	fs.StringVar(&s.JSONPath, FlagJSONPath, s.JSONPath, "json: dot `path` to the count, numeric indexes for arrays (e.g. measurements.0.value)")
@@ -160,7 +161,7 @@ func (s *Source) BindSource(fs *flag.FlagSet) {
 }
 
 // Bind registers every flag of `drainctl wait` on fs.
-func (w *Wait) Bind(fs *flag.FlagSet) {
+func (w *Wait) Bind(fs *pflag.FlagSet) {
 	w.BindSource(fs)
 	fs.Var(floatValue{&w.Target}, FlagTarget, "drained when the count is at or below this `number`")
 	fs.Var(durationValue{&w.MinWait, 0}, FlagMinWait, "never end drained before this `duration`, so the load balancer's drain takes effect first")
@@ -227,8 +228,8 @@ func (w *Wait) Validate() error {
 
 // FlagSet returns a flag set for `drainctl wait` bound to w, with errors
 // returned rather than printed.
-func (w *Wait) FlagSet() *flag.FlagSet {
-	fs := flag.NewFlagSet("wait", flag.ContinueOnError)
+func (w *Wait) FlagSet() *pflag.FlagSet {
+	fs := pflag.NewFlagSet("wait", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	w.Bind(fs)
 	return fs
@@ -237,9 +238,9 @@ func (w *Wait) FlagSet() *flag.FlagSet {
 // Args returns the command-line flags that reproduce every flag set on fs
 // (by Set or Parse), sorted by name, as `--name=value`. Parsing them into a
 // fresh Wait gives the same parameters.
-func Args(fs *flag.FlagSet) []string {
+func Args(fs *pflag.FlagSet) []string {
 	var args []string
-	fs.Visit(func(f *flag.Flag) {
+	fs.Visit(func(f *pflag.Flag) {
 		args = append(args, "--"+f.Name+"="+f.Value.String())
 	})
 	sort.Strings(args)
@@ -263,6 +264,8 @@ func (c choice) String() string {
 	return *c.p
 }
 
+func (c choice) Type() string { return "string" }
+
 func (c choice) Set(v string) error {
 	for _, a := range c.allowed {
 		if v == a {
@@ -284,6 +287,8 @@ func (d durationValue) String() string {
 	}
 	return d.p.String()
 }
+
+func (d durationValue) Type() string { return "duration" }
 
 func (d durationValue) Set(v string) error {
 	x, err := time.ParseDuration(v)
@@ -312,6 +317,8 @@ func (i intValue[T]) String() string {
 	return strconv.FormatInt(int64(*i.p), 10)
 }
 
+func (i intValue[T]) Type() string { return "int" }
+
 func (i intValue[T]) Set(v string) error {
 	x, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || T(x) < i.min || int64(T(x)) != x {
@@ -330,6 +337,8 @@ func (f floatValue) String() string {
 	return strconv.FormatFloat(*f.p, 'g', -1, 64)
 }
 
+func (f floatValue) Type() string { return "float" }
+
 func (f floatValue) Set(v string) error {
 	x, err := strconv.ParseFloat(v, 64)
 	if err != nil || x < 0 || x != x {
@@ -347,6 +356,8 @@ func (r regexpValue) String() string {
 	}
 	return *r.p
 }
+
+func (r regexpValue) Type() string { return "regexp" }
 
 func (r regexpValue) Set(v string) error {
 	if _, err := regexp.Compile("(?i)" + v); err != nil {
@@ -367,6 +378,8 @@ func (e envName) String() string {
 	return *e.p
 }
 
+func (e envName) Type() string { return "name" }
+
 func (e envName) Set(v string) error {
 	if !envNameRE.MatchString(v) {
 		return fmt.Errorf("%q is not an environment variable name; want letters, digits and _ (the name, never the secret)", v)
@@ -383,6 +396,8 @@ func (m metricValue) String() string {
 	}
 	return *m.p
 }
+
+func (m metricValue) Type() string { return "metric" }
 
 func (m metricValue) Set(v string) error {
 	if _, err := ParseMetricSelector(v); err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/pflag"
 )
 
 // TestArgsRoundTrip is the promise the webhook relies on: what Args writes,
@@ -120,5 +121,67 @@ func TestParseMetricSelector(t *testing.T) {
 	}
 	if sel.Matchers[2].Matches("xweb-1") {
 		t.Error("regexp matchers must be anchored")
+	}
+}
+
+// examples holds a valid value of every flag of `drainctl wait`; a flag
+// added without one fails TestEveryFlagInBothForms.
+var examples = map[string]string{
+	FlagURL: "http://localhost:8080/sessions", FlagFormat: "json", FlagJSONPath: "measurements.0.value",
+	FlagMetric: `tomcat_sessions_active_current_sessions{name="app"}`, FlagContext: "/app", FlagIdleBelow: "30m",
+	FlagPattern: "DRAINING", FlagTarget: "2", FlagMinWait: "30s", FlagMaxWait: "12h", FlagInterval: "15s",
+	FlagRequestTimeout: "2s", FlagMaxBodyBytes: "65536", FlagUnreachableLimit: "3", FlagPodinfo: "/etc/podinfo/annotations",
+	FlagBasicAuthFile: "/etc/manager/credentials", FlagBasicAuthEnv: "MANAGER_AUTH", FlagBearerTokenFile: "/var/run/token",
+	FlagBearerTokenEnv: "APP_TOKEN", FlagHeaderFile: "/etc/app/headers", FlagInsecureTLS: "true", FlagLogFormat: "json",
+	FlagLogFile: "/var/log/drain.log",
+}
+
+// TestEveryFlagInBothForms: every flag takes `--flag value` and
+// `--flag=value` alike, GNU style, and means the same.
+func TestEveryFlagInBothForms(t *testing.T) {
+	NewWait().FlagSet().VisitAll(func(f *pflag.Flag) {
+		v, ok := examples[f.Name]
+		if !ok {
+			t.Errorf("--%s has no example value in this test", f.Name)
+			return
+		}
+		spaced, equals := NewWait().FlagSet(), NewWait().FlagSet()
+		args := []string{"--" + f.Name, v}
+		if f.Value.Type() == "bool" {
+			args = []string{"--" + f.Name} // a bool takes no separate value
+		}
+		if err := spaced.Parse(args); err != nil {
+			t.Errorf("%v: %v", args, err)
+			return
+		}
+		if err := equals.Parse([]string{"--" + f.Name + "=" + v}); err != nil {
+			t.Errorf("--%s=%s: %v", f.Name, v, err)
+			return
+		}
+		if a, b := Args(spaced), Args(equals); len(a) != 1 || len(b) != 1 || a[0] != b[0] {
+			t.Errorf("--%s: %v and --%s=%s parse to %v and %v", f.Name, args, f.Name, v, a, b)
+		}
+	})
+}
+
+// TestBadValuesNameTheFlag: a bad value of each kind is refused with the
+// flag's name and the accepted form.
+func TestBadValuesNameTheFlag(t *testing.T) {
+	for flag, tc := range map[string][2]string{
+		FlagFormat:           {"xml", `"xml" is not one of auto|number|json`},
+		FlagMaxWait:          {"forever", "want a number with a unit: 500ms, 10s, 30m, 12h"},
+		FlagMinWait:          {"-1s", "want 0 or more"},
+		FlagUnreachableLimit: {"0", "is not a whole number of at least 1"},
+		FlagTarget:           {"-2", "is not a number of 0 or more"},
+		FlagPattern:          {"(", "is not a regular expression"},
+		FlagBasicAuthEnv:     {"user:pass", "is not an environment variable name"},
+		FlagMetric:           {"a{b=", "metric"},
+		FlagInsecureTLS:      {"maybe", "must be true or false"},
+		FlagLogFormat:        {"xml", "is not one of text|json"},
+	} {
+		err := NewWait().FlagSet().Parse([]string{"--" + flag + "=" + tc[0]})
+		if err == nil || !strings.Contains(err.Error(), `for "--`+flag+`" flag`) || !strings.Contains(err.Error(), tc[1]) {
+			t.Errorf("--%s=%s: %v; want it naming --%s and %q", flag, tc[0], err, flag, tc[1])
+		}
 	}
 }

@@ -8,7 +8,8 @@ package serving
 
 import (
 	"crypto/tls"
-	"flag"
+
+	"github.com/spf13/pflag"
 
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -22,7 +23,7 @@ type Flags struct {
 }
 
 // Bind registers the flags on fs.
-func (f *Flags) Bind(fs *flag.FlagSet) {
+func (f *Flags) Bind(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.Secure, "metrics-secure", true, "serve metrics over HTTPS to callers the API server authenticates and authorizes for GET /metrics; false serves plain HTTP to anyone who can connect")
 	fs.BoolVar(&f.EnableHTTP2, "enable-http2", false, "let the HTTPS servers speak HTTP/2 (off because of the HTTP/2 rapid-reset and CONTINUATION advisories)")
 	fs.StringVar(&f.CertDir, "metrics-cert-dir", "", "`directory` with tls.crt and tls.key for the metrics server; empty: a self-signed certificate made at start")

@@ -11,7 +11,6 @@ package inject
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"path"
 	"regexp"
@@ -20,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
@@ -75,7 +75,7 @@ type Config struct {
 }
 
 // BindFlags registers the config's flags.
-func (c *Config) BindFlags(fs *flag.FlagSet) {
+func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.DrainctlImage, "drainctl-image", c.DrainctlImage, "`image` of the init container that installs drainctl into opted-in pods")
 	fs.Func("namespace-opt-in-owner-kinds", "comma-separated `kinds` of controller whose pods a Namespace opt-in reaches (default "+strings.Join(DefaultOwnerKinds, ",")+"; also DaemonSet, Job, CronJob, ReplicationController); a pod's own label opts any pod in", func(v string) error {
 		k, err := ParseOwnerKinds(v)
@@ -228,7 +228,13 @@ func Resolve(spec *corev1.PodSpec, get func(string) (string, bool)) (*Plan, erro
 		key := Prefix + f
 		if v, ok := get(key); ok {
 			if err := fs.Set(f, v); err != nil {
-				bad(key, "", strings.TrimPrefix(err.Error(), fmt.Sprintf("invalid value %q for flag -%s: ", v, f)))
+				// drainctl's own message, without pflag's "invalid
+				// argument … for --flag": the annotation is named instead.
+				var iv *pflag.InvalidValueError
+				if errors.As(err, &iv) {
+					err = iv.Unwrap()
+				}
+				bad(key, "", err.Error())
 			}
 		}
 	}

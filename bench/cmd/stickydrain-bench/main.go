@@ -14,13 +14,14 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
+
+	flag "github.com/spf13/pflag" // GNU-style flags, as every stickydrain binary
 )
 
 func main() {

@@ -4,20 +4,36 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"net"
 	"os"
 	"strings"
 
+	"github.com/spf13/pflag"
+
 	"github.com/stickydrain/stickydrain/certs"
+	"github.com/stickydrain/stickydrain/internal/cmdline"
 )
 
+const synopsis = `stickydrain-certs --dir DIR [flags]
+
+Writes a self-signed CA and a serving certificate for the webhook into DIR
+(ca.crt, tls.crt, tls.key), for local runs and the demo.`
+
+// flagSet binds the flags to dir, dns and ips.
+func flagSet(dir, dns, ips *string) *pflag.FlagSet {
+	fs := cmdline.New("stickydrain-certs")
+	fs.StringVar(dir, "dir", "", "`directory` to write ca.crt, tls.crt and tls.key into (required)")
+	fs.StringVar(dns, "dns", "localhost", "comma-separated DNS `names`")
+	fs.StringVar(ips, "ip", "127.0.0.1", "comma-separated IP `addresses`")
+	return fs
+}
+
 func main() {
-	dir := flag.String("dir", "", "`directory` to write ca.crt, tls.crt and tls.key into (required)")
-	dns := flag.String("dns", "localhost", "comma-separated DNS `names`")
-	ips := flag.String("ip", "127.0.0.1", "comma-separated IP `addresses`")
-	flag.Parse()
+	dir, dns, ips := new(string), new(string), new(string)
+	if status, ok := cmdline.Parse(flagSet(dir, dns, ips), synopsis, os.Args[1:], os.Stdout, os.Stderr); !ok {
+		os.Exit(status)
+	}
 	if *dir == "" {
 		fmt.Fprintln(os.Stderr, "stickydrain-certs: --dir is required")
 		os.Exit(2)

@@ -14,7 +14,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -25,6 +24,7 @@ import (
 	"time"
 
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
+	"github.com/stickydrain/stickydrain/internal/cmdline"
 )
 
 func main() {
@@ -37,8 +37,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cmd := args[0]
-	fs := flag.NewFlagSet("stickydrain-haproxy "+cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cmdline.New("stickydrain-haproxy " + cmd)
 	runtimeAddr := fs.String("runtime", "unix:///run/haproxy/admin.sock", "the Runtime API (stats socket, level admin): unix:///path or tcp://host:port")
 	stateFile := fs.String("state-file", "/var/lib/haproxy/server-state", "the server-state-file of haproxy.cfg")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long one save or reload may take")
@@ -49,8 +48,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs.StringVar(watch, "watch", "", "keep running and reload whenever a file in this directory changes (a ConfigMap mount)")
 		fs.DurationVar(every, "every", 2*time.Second, "with --watch, how often the directory is read")
 	}
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2
+	if status, ok := cmdline.Parse(fs, "stickydrain-haproxy "+cmd+" [flags]", args[1:], stdout, stderr); !ok {
+		return status
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "stickydrain-haproxy %s: unexpected argument %q\n", cmd, fs.Arg(0))

@@ -7,12 +7,13 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"log"
 	"net/http"
 	"os"
 	"time"
+
+	flag "github.com/spf13/pflag" // GNU-style flags, as every stickydrain binary
 
 	"github.com/stickydrain/stickydrain/test/nginxplus"
 )
@@ -21,6 +22,7 @@ type list []string
 
 func (l *list) String() string     { return fmt.Sprint(*l) }
 func (l *list) Set(v string) error { *l = append(*l, v); return nil }
+func (l *list) Type() string       { return "upstream" }
 
 func main() {
 	var httpUps, streamUps list

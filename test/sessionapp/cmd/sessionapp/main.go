@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log"
 	"net/http"
@@ -15,6 +14,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	flag "github.com/spf13/pflag" // GNU-style flags, as every stickydrain binary
 
 	"github.com/stickydrain/stickydrain/test/sessionapp"
 )

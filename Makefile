@@ -66,6 +66,10 @@ soak: deps k8s-bins ## Chaos soak: sticky users, rollouts and random faults for 
 test-unit: ## Only the tests that need no control plane (-short).
 	$(GO) test -race -short -count=1 $(PKGS)
 
+.PHONY: docs
+docs: ## Write the reference pages of docs/reference from the code (annotations, flags, configuration, metrics, exit statuses).
+	$(GO) run ./tools/docgen --out docs/reference
+
 .PHONY: fuzz
 fuzz: ## Fuzz drainctl's parsers, the webhook's annotation parsing, the controller's configuration and upstreams annotation, FUZZTIME each (default 30s).
 	@for pkg in ./drainctl/source ./webhook/inject ./controller/config ./controller/reconcile; do \

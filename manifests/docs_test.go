@@ -116,3 +116,38 @@ func TestTheDocsConfigurationsParseAndTheThreatModelsTestsExist(t *testing.T) {
 		}
 	}
 }
+
+// Every relative link of the documentation resolves to a file or
+// directory of the repository.
+func TestRelativeLinksResolve(t *testing.T) {
+	root := filepath.Join("..")
+	var pages []string
+	for _, glob := range []string{"*.md", "docs/*.md", "docs/*/*.md", "manifests/*.md", "bench/*.md"} {
+		m, err := filepath.Glob(filepath.Join(root, glob))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, m...)
+	}
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	checked := 0
+	for _, page := range pages {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(b), -1) {
+			target, _, _ := strings.Cut(m[1], "#")
+			if target == "" || strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			checked++
+			if _, err := os.Stat(filepath.Join(filepath.Dir(page), target)); err != nil {
+				t.Errorf("%s links to %s, which does not exist", page, m[1])
+			}
+		}
+	}
+	if checked < 5 {
+		t.Errorf("checked %d relative links; the pattern finds none?", checked)
+	}
+}

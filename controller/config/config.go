@@ -45,6 +45,8 @@ const (
 // EndpointSlices, and must not be able to point a load balancer the
 // operator did not give them at their pods, or at any address.
 type Config struct {
+	// LoadBalancers are the load balancers Services may map onto, each by
+	// its name. At least one.
 	LoadBalancers []LoadBalancer `json:"loadBalancers"`
 	// Resync is how often every upstream is reconciled without an event,
 	// to repair what no event announces (a load-balancer restart). Default
@@ -62,8 +64,13 @@ type Config struct {
 
 // LoadBalancer is one load balancer and how to reach its instances.
 type LoadBalancer struct {
-	Name      string    `json:"name"`
-	Type      string    `json:"type"`
+	// Name is the <lb> of the stickydrain.io/upstreams annotation: a DNS
+	// label, unique in the file.
+	Name string `json:"name"`
+	// Type is haproxy (the Runtime API) or nginx-plus (the NGINX Plus API).
+	Type string `json:"type"`
+	// Instances are the load balancer's instances; every one gets every
+	// change.
 	Instances Instances `json:"instances"`
 	// Timeout bounds one call to one instance. Default 5s.
 	Timeout Duration `json:"timeout,omitempty"`
@@ -143,14 +150,21 @@ type NGINXPlusOptions struct {
 // Instances is a static list of addresses or a Service whose ready
 // endpoints are the instances (an HAProxy Deployment of N replicas).
 type Instances struct {
-	Static  []string    `json:"static,omitempty"`
+	// Static lists addresses: for haproxy unix:///path or tcp://host:port
+	// (the Runtime API, level admin), for nginx-plus
+	// http(s)://host:port/api.
+	Static []string `json:"static,omitempty"`
+	// Service finds the instances as the endpoints of a Service, ready or
+	// not (a new replica is filled before it turns ready).
 	Service *ServiceRef `json:"service,omitempty"`
 }
 
 // ServiceRef names a Service and the port of its endpoints to use.
 type ServiceRef struct {
+	// Namespace is the Service's namespace.
 	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
+	// Name is the Service's name.
+	Name string `json:"name"`
 	// Port is the EndpointSlice port name or number of the runtime API.
 	Port string `json:"port"`
 }

@@ -115,3 +115,7 @@ var drainctlFlags = []string{
 	params.FlagBasicAuthFile, params.FlagBasicAuthEnv, params.FlagBearerTokenFile, params.FlagBearerTokenEnv,
 	params.FlagHeaderFile, params.FlagInsecureTLS, params.FlagLogFormat,
 }
+
+// DrainctlFlags lists the drainctl flags that pod annotations set, each
+// as Prefix + its name (for the generated reference).
+func DrainctlFlags() []string { return append([]string(nil), drainctlFlags...) }

@@ -10,13 +10,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/stickydrain/stickydrain/drainctl/cli"
+	"github.com/stickydrain/stickydrain/drainctl/params"
 )
 
 // These tests run drainctl as a real process, built once in TestMain, and
@@ -442,4 +446,101 @@ func TestHelpIsGolden(t *testing.T) {
 			t.Errorf("drainctl %s --help differs from %s (-update rewrites it):\n%s", cmd, path, r.stdout)
 		}
 	}
+}
+
+// TestTheDocsExamplesParse: every `drainctl wait` and `drainctl count`
+// command line the docs and drainctl's own help show is accepted by
+// drainctl's flag parser and validation, so that a doc cannot show a flag
+// or a combination drainctl refuses.
+func TestTheDocsExamplesParse(t *testing.T) {
+	pages, _ := filepath.Glob(filepath.Join("..", "docs", "*.md"))
+	pages = append(pages, filepath.Join("..", "README.md"))
+	var text strings.Builder
+	for _, p := range pages {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text.Write(b)
+		text.WriteString("\n")
+	}
+	for _, cmd := range []string{"wait", "count"} {
+		r := drainctl(t, cmd, "--help")
+		text.WriteString(r.stdout)
+	}
+	// Join continued lines, drop comments and the synopsis' placeholders.
+	joined := regexp.MustCompile(`\s*\\\n\s*`).ReplaceAllString(text.String(), " ")
+	checked := 0
+	for _, line := range strings.Split(joined, "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "drainctl wait ") && !strings.HasPrefix(line, "drainctl count ") {
+			continue
+		}
+		if i := strings.Index(line, "  "); i > 0 {
+			line = line[:i] // a trailing comment: "  # …" or "  (…)"
+		}
+		if strings.Contains(line, "[flags]") {
+			continue
+		}
+		args := shellWords(t, line)[1:]
+		fs := pflag.NewFlagSet(args[0], pflag.ContinueOnError)
+		w := params.NewWait()
+		if args[0] == "wait" {
+			w.Bind(fs)
+		} else {
+			w.BindSource(fs)
+		}
+		if err := fs.Parse(args[1:]); err != nil {
+			t.Errorf("%s: %v", line, err)
+			continue
+		}
+		var err error
+		if args[0] == "wait" {
+			err = w.Validate()
+		} else {
+			err = w.Source.Validate()
+		}
+		if err != nil {
+			t.Errorf("%s: %v", line, err)
+		}
+		checked++
+	}
+	if checked < 8 {
+		t.Errorf("checked %d examples; want every one the docs show (8 or more)", checked)
+	}
+}
+
+// shellWords splits a command line as a shell would, for the quoting the
+// docs use ('…' and "…").
+func shellWords(t *testing.T, line string) []string {
+	var words []string
+	var cur strings.Builder
+	in, quote := false, byte(0)
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case quote != 0 && c == quote:
+			quote = 0
+		case quote != 0:
+			cur.WriteByte(c)
+		case c == '\'' || c == '"':
+			quote, in = c, true
+		case c == ' ' || c == '\t':
+			if in {
+				words = append(words, cur.String())
+				cur.Reset()
+				in = false
+			}
+		default:
+			cur.WriteByte(c)
+			in = true
+		}
+	}
+	if quote != 0 {
+		t.Fatalf("unbalanced quote in %q", line)
+	}
+	if in {
+		words = append(words, cur.String())
+	}
+	return words
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/pflag"
+
+	"github.com/stickydrain/stickydrain/internal/cmdline/cmdlinetest"
 )
 
 // TestArgsRoundTrip is the promise the webhook relies on: what Args writes,
@@ -139,29 +141,7 @@ var examples = map[string]string{
 // TestEveryFlagInBothForms: every flag takes `--flag value` and
 // `--flag=value` alike, GNU style, and means the same.
 func TestEveryFlagInBothForms(t *testing.T) {
-	NewWait().FlagSet().VisitAll(func(f *pflag.Flag) {
-		v, ok := examples[f.Name]
-		if !ok {
-			t.Errorf("--%s has no example value in this test", f.Name)
-			return
-		}
-		spaced, equals := NewWait().FlagSet(), NewWait().FlagSet()
-		args := []string{"--" + f.Name, v}
-		if f.Value.Type() == "bool" {
-			args = []string{"--" + f.Name} // a bool takes no separate value
-		}
-		if err := spaced.Parse(args); err != nil {
-			t.Errorf("%v: %v", args, err)
-			return
-		}
-		if err := equals.Parse([]string{"--" + f.Name + "=" + v}); err != nil {
-			t.Errorf("--%s=%s: %v", f.Name, v, err)
-			return
-		}
-		if a, b := Args(spaced), Args(equals); len(a) != 1 || len(b) != 1 || a[0] != b[0] {
-			t.Errorf("--%s: %v and --%s=%s parse to %v and %v", f.Name, args, f.Name, v, a, b)
-		}
-	})
+	cmdlinetest.BothForms(t, func() *pflag.FlagSet { return NewWait().FlagSet() }, examples)
 }
 
 // TestBadValuesNameTheFlag: a bad value of each kind is refused with the

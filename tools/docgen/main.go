@@ -389,11 +389,11 @@ func metrics() (string, error) {
 	for _, col := range c.cs {
 		kind := ""
 		switch col.(type) {
-		case *prometheus.CounterVec, prometheus.Counter:
+		case *prometheus.CounterVec:
 			kind = "counter"
-		case *prometheus.GaugeVec, prometheus.Gauge:
+		case *prometheus.GaugeVec:
 			kind = "gauge"
-		case *prometheus.HistogramVec, prometheus.Histogram:
+		case *prometheus.HistogramVec:
 			kind = "histogram"
 		default:
 			return "", fmt.Errorf("a collector of type %T: teach tools/docgen its kind", col)

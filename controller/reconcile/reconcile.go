@@ -266,7 +266,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	annotation, mapped := svc.Annotations[AnnotationUpstreams]
 	if apierrors.IsNotFound(err) || !mapped || svc.DeletionTimestamp != nil {
 		// The Service is gone or no longer mapped: empty what it owned.
-		if !r.release(ctx, policy, req.NamespacedName, nil, nil, nil) {
+		if held := r.release(ctx, policy, req.NamespacedName, nil, nil, nil); len(held) > 0 {
+			r.mu.Lock()
+			r.known[req.NamespacedName] = held
+			r.mu.Unlock()
 			return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 		}
 		r.mu.Lock()
@@ -284,7 +287,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	released := r.release(ctx, policy, req.NamespacedName, &svc, owned, refused)
+	held := r.release(ctx, policy, req.NamespacedName, &svc, owned, refused)
 	var slices discoveryv1.EndpointSliceList
 	if err := r.Client.List(ctx, &slices, client.InNamespace(svc.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
 		return ctrl.Result{}, err
@@ -298,7 +301,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	r.mu.Lock()
-	r.known[req.NamespacedName] = owned
+	// What it owns, and what it could not give up yet (tried again next
+	// pass).
+	r.known[req.NamespacedName] = append(append([]upstreamRef(nil), owned...), held...)
 	r.mu.Unlock()
 	// Each load balancer admits the endpoints its rules allow.
 	admitted := map[string]map[netip.AddrPort]endpoints.Endpoint{}
@@ -322,7 +327,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}()
 	}
 	wg.Wait()
-	allConverged := released
+	allConverged := len(held) == 0
 	for _, ok := range converged {
 		allConverged = allConverged && ok
 	}

@@ -136,13 +136,13 @@ func (r *Reconciler) owned(ctx context.Context, p *tenancy.Policy, svc *corev1.S
 // release empties the upstreams svc owned after its last pass and owns no
 // longer (its Service went, dropped them, or was refused them by a new
 // configuration), unless another Service owns them now: that one is
-// queued, and its pass replaces the servers. It reports whether every
-// emptied upstream converged.
-func (r *Reconciler) release(ctx context.Context, p *tenancy.Policy, key types.NamespacedName, svc *corev1.Service, keep []upstreamRef, refused map[upstreamRef]tenancy.Verdict) bool {
+// queued, and its pass replaces the servers. It returns the upstreams it
+// could not empty yet (an instance did not answer): svc still holds them,
+// and the next pass tries again.
+func (r *Reconciler) release(ctx context.Context, p *tenancy.Policy, key types.NamespacedName, svc *corev1.Service, keep []upstreamRef, refused map[upstreamRef]tenancy.Verdict) (held []upstreamRef) {
 	r.mu.Lock()
 	old := r.known[key]
 	r.mu.Unlock()
-	ok := true
 	for _, u := range old {
 		if slices.Contains(keep, u) {
 			continue
@@ -150,7 +150,7 @@ func (r *Reconciler) release(ctx context.Context, p *tenancy.Policy, key types.N
 		owner, err := r.ownerOf(ctx, p, u)
 		if err != nil {
 			logf.FromContext(ctx).Error(err, "finding the next owner of a released upstream", "upstream", u.String())
-			ok = false
+			held = append(held, u)
 			continue
 		}
 		if owner != nil && client.ObjectKeyFromObject(owner) != key {
@@ -158,7 +158,7 @@ func (r *Reconciler) release(ctx context.Context, p *tenancy.Policy, key types.N
 			continue
 		}
 		if _, converged := r.converge(ctx, nil, u, nil); !converged {
-			ok = false
+			held = append(held, u)
 			continue
 		}
 		if v, was := refused[u]; was && svc != nil {
@@ -166,7 +166,7 @@ func (r *Reconciler) release(ctx context.Context, p *tenancy.Policy, key types.N
 				"servers removed from %s: %s", u, v.Message)
 		}
 	}
-	return ok
+	return held
 }
 
 // admitted keeps the desired servers that the load balancer's endpoint

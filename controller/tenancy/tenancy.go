@@ -165,16 +165,6 @@ func (p *Policy) NeedsNamespaceLabels() bool {
 	return false
 }
 
-// Owner is the Service an upstream is pinned to, if it is.
-func (p *Policy) Owner(lb, upstream string) (types.NamespacedName, bool) {
-	if r := p.lbs[lb]; r != nil {
-		if u := r.upstreams[upstream]; u != nil && u.pinned {
-			return u.owner, true
-		}
-	}
-	return types.NamespacedName{}, false
-}
-
 // Claim decides whether the Service svc, in a namespace with the labels
 // nsLabels, may map onto lb/upstream.
 func (p *Policy) Claim(lb, upstream string, svc types.NamespacedName, nsLabels map[string]string) Verdict {

@@ -79,12 +79,6 @@ func TestClaim(t *testing.T) {
 			t.Errorf("%s/%s from %s/%s: message %q does not name the rule %s", tt.lb, tt.upstream, tt.ns, tt.name, v.Message, tt.rule)
 		}
 	}
-	if o, ok := p.Owner("edge", "checkout"); !ok || o.String() != "shop/checkout" {
-		t.Errorf("Owner(edge, checkout) = %v, %v", o, ok)
-	}
-	if _, ok := p.Owner("edge", "shop"); ok {
-		t.Error("edge/shop is not pinned")
-	}
 	if !p.NeedsNamespaceLabels() {
 		t.Error("a selector needs namespace labels")
 	}

@@ -27,6 +27,20 @@ import (
 	"github.com/stickydrain/stickydrain/internal/cmdline"
 )
 
+var synopses = map[string]string{
+	"save-state": `stickydrain-haproxy save-state [flags]
+
+Saves the server state of every backend (address, port, drain: what the
+stickydrain controller set through the Runtime API) into the
+server-state-file, atomically. Exit status: 0 done, 1 failed, 2 bad usage.`,
+	"reload": `stickydrain-haproxy reload [flags]
+
+Saves the server state, then asks the master (haproxy -W -S) to reload, and
+waits for the new worker: an HAProxy reload that keeps every drain. With
+--watch it keeps running and does so whenever the configuration directory
+changes (a sidecar). Exit status: 0 done, 1 failed, 2 bad usage.`,
+}
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -48,7 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs.StringVar(watch, "watch", "", "keep running and reload whenever a file in this directory changes (a ConfigMap mount)")
 		fs.DurationVar(every, "every", 2*time.Second, "with --watch, how often the directory is read")
 	}
-	if status, ok := cmdline.Parse(fs, "stickydrain-haproxy "+cmd+" [flags]", args[1:], stdout, stderr); !ok {
+	if status, ok := cmdline.Parse(fs, synopses[cmd], args[1:], stdout, stderr); !ok {
 		return status
 	}
 	if fs.NArg() > 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,5 +91,35 @@ func TestTheSystemdDropInReloadsKeepingTheDrain(t *testing.T) {
 	}
 	if b, err := os.ReadFile(h.StateFile); err != nil || !bytes.HasPrefix(b, []byte("1\n")) {
 		t.Errorf("state file %s: %q %v", filepath.Base(h.StateFile), b, err)
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite the golden help files in testdata")
+
+// TestHelpIsGolden: each subcommand's --help, as printed, is the
+// committed golden file; bad values are refused naming the flag.
+func TestHelpIsGolden(t *testing.T) {
+	for _, cmd := range []string{"save-state", "reload"} {
+		var out, errb bytes.Buffer
+		if code := run([]string{cmd, "--help"}, &out, &errb); code != 0 {
+			t.Fatalf("%s --help: exit %d, stderr %q", cmd, code, errb.String())
+		}
+		path := filepath.Join("testdata", "help-"+cmd+".golden")
+		if *update {
+			if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (-update writes it)", err)
+		}
+		if out.String() != string(want) {
+			t.Errorf("%s --help differs from %s (-update rewrites it):\n%s", cmd, path, out.String())
+		}
+	}
+	var errb bytes.Buffer
+	if code := run([]string{"reload", "--every=often"}, new(bytes.Buffer), &errb); code != 2 || !strings.Contains(errb.String(), `invalid argument "often" for "--every" flag`) {
+		t.Errorf("--every=often: exit %d, stderr %q", code, errb.String())
 	}
 }

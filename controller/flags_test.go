@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"path/filepath"
 	"testing"
 
@@ -10,12 +9,10 @@ import (
 	"github.com/stickydrain/stickydrain/internal/cmdline/cmdlinetest"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden help file in testdata")
-
 func newFlagSet() *pflag.FlagSet { return flagSet(&options{}) }
 
 func TestFlags(t *testing.T) {
-	cmdlinetest.Golden(t, newFlagSet, synopsis, filepath.Join("testdata", "help.golden"), *update)
+	cmdlinetest.Golden(t, newFlagSet, synopsis, filepath.Join("testdata", "help.golden"))
 	cmdlinetest.BothForms(t, newFlagSet, map[string]string{
 		"config": "/etc/stickydrain/controller.yaml", "metrics-bind-address": ":9443", "metrics-secure": "true",
 		"metrics-cert-dir": "/certs", "enable-http2": "true", "health-probe-bind-address": ":9081",

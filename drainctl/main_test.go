@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/stickydrain/stickydrain/drainctl/cli"
 	"github.com/stickydrain/stickydrain/drainctl/params"
+	"github.com/stickydrain/stickydrain/internal/cmdline/cmdlinetest"
 )
 
 // These tests run drainctl as a real process, built once in TestMain, and
@@ -422,8 +422,6 @@ func BenchmarkPollFootprint(b *testing.B) {
 	b.ReportMetric(float64(fi.Size())/(1<<20), "binary-MiB")
 }
 
-var update = flag.Bool("update", false, "rewrite the golden help files in testdata")
-
 // TestHelpIsGolden: each command's --help, as the binary prints it (GNU
 // style, sorted, with types and defaults), is the committed golden file.
 func TestHelpIsGolden(t *testing.T) {
@@ -432,19 +430,7 @@ func TestHelpIsGolden(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("%s --help: exit %d, stderr %q", cmd, r.code, r.stderr)
 		}
-		path := filepath.Join("testdata", "help-"+cmd+".golden")
-		if *update {
-			if err := os.WriteFile(path, []byte(r.stdout), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("%v (go test ./drainctl -run TestHelpIsGolden -update writes it)", err)
-		}
-		if r.stdout != string(want) {
-			t.Errorf("drainctl %s --help differs from %s (-update rewrites it):\n%s", cmd, path, r.stdout)
-		}
+		cmdlinetest.GoldenText(t, r.stdout, filepath.Join("testdata", "help-"+cmd+".golden"))
 	}
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"path/filepath"
 	"testing"
 
@@ -10,12 +9,10 @@ import (
 	"github.com/stickydrain/stickydrain/internal/cmdline/cmdlinetest"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden help file in testdata")
-
 func newFlagSet() *pflag.FlagSet { return flagSet(&options{}) }
 
 func TestFlags(t *testing.T) {
-	cmdlinetest.Golden(t, newFlagSet, synopsis, filepath.Join("testdata", "help.golden"), *update)
+	cmdlinetest.Golden(t, newFlagSet, synopsis, filepath.Join("testdata", "help.golden"))
 	cmdlinetest.BothForms(t, newFlagSet, map[string]string{
 		"drainctl-image": "ghcr.io/stickydrain/drainctl:v0.1.0", "namespace-opt-in-owner-kinds": "ReplicaSet,StatefulSet,DaemonSet",
 		"cert-dir": "/certs", "port": "9443", "metrics-bind-address": ":9443", "metrics-secure": "true",

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
+	"github.com/stickydrain/stickydrain/internal/cmdline/cmdlinetest"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
 )
 
@@ -94,8 +94,6 @@ func TestTheSystemdDropInReloadsKeepingTheDrain(t *testing.T) {
 	}
 }
 
-var update = flag.Bool("update", false, "rewrite the golden help files in testdata")
-
 // TestHelpIsGolden: each subcommand's --help, as printed, is the
 // committed golden file; bad values are refused naming the flag.
 func TestHelpIsGolden(t *testing.T) {
@@ -104,19 +102,7 @@ func TestHelpIsGolden(t *testing.T) {
 		if code := run([]string{cmd, "--help"}, &out, &errb); code != 0 {
 			t.Fatalf("%s --help: exit %d, stderr %q", cmd, code, errb.String())
 		}
-		path := filepath.Join("testdata", "help-"+cmd+".golden")
-		if *update {
-			if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("%v (-update writes it)", err)
-		}
-		if out.String() != string(want) {
-			t.Errorf("%s --help differs from %s (-update rewrites it):\n%s", cmd, path, out.String())
-		}
+		cmdlinetest.GoldenText(t, out.String(), filepath.Join("testdata", "help-"+cmd+".golden"))
 	}
 	var errb bytes.Buffer
 	if code := run([]string{"reload", "--every=often"}, new(bytes.Buffer), &errb); code != 2 || !strings.Contains(errb.String(), `invalid argument "often" for "--every" flag`) {

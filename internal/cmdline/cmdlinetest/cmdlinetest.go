@@ -5,7 +5,9 @@ package cmdlinetest
 
 import (
 	"bytes"
+	"flag"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,16 +16,28 @@ import (
 	"github.com/stickydrain/stickydrain/internal/cmdline"
 )
 
+var update = flag.Bool("update", false, "rewrite the golden help files in testdata")
+
 // Golden checks that --help prints synopsis and the flags exactly as the
-// file at path holds them; update rewrites the file.
-func Golden(t *testing.T, newFS func() *pflag.FlagSet, synopsis, path string, update bool) {
+// file at path holds them.
+func Golden(t *testing.T, newFS func() *pflag.FlagSet, synopsis, path string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	if status, ok := cmdline.Parse(newFS(), synopsis, []string{"--help"}, &out, &errOut); ok || status != 0 {
 		t.Fatalf("--help: status %d, ok %v, stderr %q", status, ok, errOut.String())
 	}
-	if update {
-		if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+	GoldenText(t, out.String(), path)
+}
+
+// GoldenText checks that help, as a binary printed it, is what the file at
+// path holds; the test flag -update rewrites the file.
+func GoldenText(t *testing.T, help, path string) {
+	t.Helper()
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(help), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -31,8 +45,8 @@ func Golden(t *testing.T, newFS func() *pflag.FlagSet, synopsis, path string, up
 	if err != nil {
 		t.Fatalf("%v (run the test with -update to write it)", err)
 	}
-	if out.String() != string(want) {
-		t.Errorf("--help differs from %s (-update rewrites it):\n%s", path, out.String())
+	if help != string(want) {
+		t.Errorf("--help differs from %s (-update rewrites it):\n%s", path, help)
 	}
 }
 

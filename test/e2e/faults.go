@@ -193,6 +193,17 @@ func (e *Env) Leader() int {
 	return -1
 }
 
+// LeaderProc is the controller process holding the Lease, nil when none
+// does. A replica killed and started again by the supervisor is a new
+// process in the same place: compare processes, not places.
+func (e *Env) LeaderProc() *Controller {
+	i := e.Leader()
+	if i < 0 {
+		return nil
+	}
+	return e.controllers()[i]
+}
+
 // KillLeader kills the controller replica holding the Lease with SIGKILL;
 // the supervisor starts a new replica in its place, as the kubelet
 // restarts the container, which joins as a standby.

@@ -30,17 +30,7 @@ func TestRollingUpdateKeepsEverySession(t *testing.T) {
 	if err := env.Deploy(ctx, replicas, idle); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "3 ready v1 pods active on both HAProxy", func() bool {
-		if !env.RolloutDone(ctx, "v1", replicas) {
-			return false
-		}
-		for _, p := range env.Pods(ctx) {
-			if len(p.LB) != 2 || p.LB[0] != "active" || p.LB[1] != "active" {
-				return false
-			}
-		}
-		return true
-	})
+	waitUntil(t, ctx, "3 ready v1 pods active on both HAProxy", func() bool { return env.Serving(ctx, "v1", replicas) })
 	obs := env.Observe(ctx, 100*time.Millisecond)
 	clients := env.StartClients(ctx, users, idle, obs)
 	time.Sleep(6 * time.Second)
@@ -196,7 +186,7 @@ func TestEvictionAndScaleDownKeepEverySession(t *testing.T) {
 			if err := env.Deploy(ctx, 3, idle); err != nil {
 				t.Fatal(err)
 			}
-			waitUntil(t, ctx, "3 ready pods", func() bool { return env.RolloutDone(ctx, "v1", 3) })
+			waitUntil(t, ctx, "3 ready pods active on both HAProxy", func() bool { return env.Serving(ctx, "v1", 3) })
 			obs := env.Observe(ctx, 100*time.Millisecond)
 			clients := env.StartClients(ctx, 9, idle, obs)
 			var victim string

@@ -125,24 +125,7 @@ func startRollout(t *testing.T, ctx context.Context, env *Env) (*Clients, *Obser
 	if err := env.Deploy(ctx, replicas, idle); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "3 ready v1 pods active on every HAProxy, all in rotation", func() bool {
-		if !env.RolloutDone(ctx, "v1", replicas) {
-			return false
-		}
-		for i := range env.HAProxy {
-			if !env.InstanceReady(i) {
-				return false
-			}
-		}
-		for _, p := range env.Pods(ctx) {
-			for _, st := range p.LB {
-				if st != "active" {
-					return false
-				}
-			}
-		}
-		return true
-	})
+	waitUntil(t, ctx, "3 ready v1 pods active on every HAProxy, all in rotation", func() bool { return env.Serving(ctx, "v1", replicas) })
 	obs := env.Observe(ctx, 100*time.Millisecond)
 	clients := env.StartClients(ctx, users, idle, obs)
 	time.Sleep(5 * time.Second)

@@ -644,3 +644,29 @@ func (e *Env) RolloutDone(ctx context.Context, version string, replicas int) boo
 	}
 	return true
 }
+
+// Serving reports whether the rollout to version is done (RolloutDone),
+// every pod is active on every HAProxy instance, and every instance is in
+// the front's rotation: what users need before their first request.
+func (e *Env) Serving(ctx context.Context, version string, replicas int) bool {
+	if !e.RolloutDone(ctx, version, replicas) {
+		return false
+	}
+	n := len(e.haproxies())
+	for i := range n {
+		if !e.InstanceReady(i) {
+			return false
+		}
+	}
+	for _, p := range e.Pods(ctx) {
+		if len(p.LB) != n {
+			return false
+		}
+		for _, st := range p.LB {
+			if st != "active" {
+				return false
+			}
+		}
+	}
+	return true
+}

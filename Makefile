@@ -52,10 +52,10 @@ lint: ## gofmt check, go vet and staticcheck.
 ##@ Testing
 
 .PHONY: test
-test: deps k8s-bins ## Unit, integration and end-to-end tests (-race) on a real local control plane.
+test: deps k8s-bins haproxy-versions ## Unit, integration and end-to-end tests (-race) on a real local control plane, against HAProxy 2.6, 3.0 and 3.2.
 	@# One package at a time: several control planes, pod hosts and
 	@# HAProxy pairs at once on 2 cores starve readiness probes.
-	STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" $(GO) test -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" STICKYDRAIN_HAPROXY="$$(test/tools/haproxy.sh)" $(GO) test -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 .PHONY: soak
 soak: deps k8s-bins ## Chaos soak: sticky users, rollouts and random faults for DURATION (default 30m; make test runs 2m).
@@ -89,6 +89,10 @@ deps: ## Install what the tests need on a fresh machine (Debian packages).
 .PHONY: k8s-bins
 k8s-bins: ## Build etcd, kube-apiserver, kube-controller-manager into the cache (~17 min cold).
 	@dir="$$(test/tools/build.sh)" && echo "control-plane binaries: $$dir"
+
+.PHONY: haproxy-versions
+haproxy-versions: deps ## Provide HAProxy 3.0 (built from source, ~80 s cold) and 3.2 (Debian forky's) beside Debian's 2.6, in the cache.
+	@test/tools/haproxy.sh | sed 's/^/haproxy /'
 
 .PHONY: clean
 clean: ## Remove ./bin (the binary cache outside the checkout stays).

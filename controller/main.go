@@ -126,7 +126,7 @@ func main() {
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Config:    cfg,
-		Factory:   reconcile.DefaultFactory,
+		Factory:   reconcile.DefaultFactory(log.WithName("instances")),
 		Recorder:  mgr.GetEventRecorder("stickydrain-controller"),
 		Metrics:   m,
 

@@ -8,6 +8,16 @@ command -v ip >/dev/null || need+=(iproute2)
 # test/podhost: nsenter, unshare and mount run each container in its namespaces.
 # controller tests: the real HAProxy from Debian (2.6), never started as a service.
 command -v haproxy >/dev/null || need+=(haproxy)
+# test/tools/haproxy.sh: HAProxy 3.0 is built from source, 3.2 fetched from
+# Debian forky and patched to use forky's libraries.
+declare -A pkg=([curl]=curl [xz]=xz-utils [make]=make [gcc]=gcc [patchelf]=patchelf)
+for c in "${!pkg[@]}"; do
+	command -v "$c" >/dev/null || need+=("${pkg[$c]}")
+done
+declare -A hdr=([openssl/ssl.h]=libssl-dev [pcre2.h]=libpcre2-dev [zlib.h]=zlib1g-dev)
+for h in "${!hdr[@]}"; do
+	[[ -e /usr/include/$h ]] || need+=("${hdr[$h]}")
+done
 for c in nsenter unshare mount; do
 	command -v "$c" >/dev/null || { need+=(util-linux mount); break; }
 done

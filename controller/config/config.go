@@ -129,7 +129,20 @@ type HAProxyOptions struct {
 	// keeps a restarted or new replica out of rotation until then. Empty:
 	// no marker.
 	ReadyMap string `json:"readyMap,omitempty"`
+	// Mode is how an upstream's servers are held: "slots" (the default;
+	// every HAProxy version): the backend's server-template slots, which
+	// a reload keeps through the server-state-file; or "dynamic" (HAProxy
+	// 3.0 and later): servers the controller adds (`add server … cookie`)
+	// and deletes, with no slot limit, which a reload or restart empties
+	// until they are added again (the reload helper does it at once).
+	Mode string `json:"mode,omitempty"`
 }
+
+// The modes of HAProxyOptions.Mode.
+const (
+	HAProxySlots   = "slots"
+	HAProxyDynamic = "dynamic"
+)
 
 // NGINXPlusOptions say how to talk to the NGINX Plus API. Credentials come
 // from mounted files only.
@@ -264,6 +277,11 @@ func (c *Config) Validate() error {
 			}
 			if o.ReadyMap != "" && (!strings.HasPrefix(o.ReadyMap, "/") || strings.ContainsAny(o.ReadyMap, " \t;")) {
 				bad(f+".haproxy.readyMap", "%q is not an absolute path without spaces or ';' (the map file as haproxy.cfg names it)", o.ReadyMap)
+			}
+			switch o.Mode {
+			case "", HAProxySlots, HAProxyDynamic:
+			default:
+				bad(f+".haproxy.mode", "%q is not one of %s (the default), %s (HAProxy 3.0 and later)", o.Mode, HAProxySlots, HAProxyDynamic)
 			}
 		}
 		validateTenancy(f, lb, bad)

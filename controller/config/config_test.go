@@ -39,6 +39,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"both instance kinds", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"], service: {namespace: n, name: s, port: p}}}]", "loadBalancers[0].instances: give static or service, not both"},
 		{"duplicate name", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}}, {name: a, type: haproxy, instances: {static: [\"tcp://h:2\"]}}]", `loadBalancers[1].name: "a" is used twice`},
 		{"relative ready map", "loadBalancers: [{name: a, type: haproxy, haproxy: {readyMap: ready.map}, instances: {static: [\"tcp://h:1\"]}}]", `loadBalancers[0].haproxy.readyMap: "ready.map" is not an absolute path`},
+		{"unknown haproxy mode", "loadBalancers: [{name: a, type: haproxy, haproxy: {mode: dyn}, instances: {static: [\"tcp://h:1\"]}}]", `loadBalancers[0].haproxy.mode: "dyn" is not one of slots (the default), dynamic (HAProxy 3.0 and later)`},
 		{"haproxy options on nginx-plus", "loadBalancers: [{name: a, type: nginx-plus, haproxy: {readyMap: /r.map}, instances: {static: [\"http://h:1/api\"]}}]", `loadBalancers[0].haproxy: only for type haproxy`},
 		{"both all and names", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedNamespaces: {all: true, names: [shop]}}]", "loadBalancers[0].allowedNamespaces: all: true allows every namespace"},
 		{"empty namespaces", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedNamespaces: {}}]", "loadBalancers[0].allowedNamespaces: empty; want names"},

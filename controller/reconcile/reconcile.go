@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -63,13 +64,23 @@ const (
 // InstanceFactory makes a backend.Instance from an address.
 type InstanceFactory func(lb config.LoadBalancer, addr string) (backend.Instance, error)
 
-// DefaultFactory makes instances of the types this build supports.
-func DefaultFactory(lb config.LoadBalancer, addr string) (backend.Instance, error) {
+// DefaultFactory makes instances of the types this build supports; they
+// log what they notice on their own to log.
+func DefaultFactory(log logr.Logger) InstanceFactory {
+	return func(lb config.LoadBalancer, addr string) (backend.Instance, error) {
+		return newInstance(log, lb, addr)
+	}
+}
+
+func newInstance(log logr.Logger, lb config.LoadBalancer, addr string) (backend.Instance, error) {
 	switch lb.Type {
 	case config.TypeHAProxy:
-		var opts []haproxy.Option
+		opts := []haproxy.Option{haproxy.WithLogger(log.WithValues("loadBalancer", lb.Name))}
 		if lb.HAProxy != nil && lb.HAProxy.ReadyMap != "" {
 			opts = append(opts, haproxy.WithReadyMap(lb.HAProxy.ReadyMap))
+		}
+		if lb.HAProxy != nil && lb.HAProxy.Mode == config.HAProxyDynamic {
+			opts = append(opts, haproxy.WithDynamicServers())
 		}
 		return haproxy.New(addr, lb.Timeout.Duration, opts...)
 	case config.TypeNGINXPlus:

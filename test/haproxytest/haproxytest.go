@@ -27,6 +27,7 @@ import (
 
 // HAProxy is one running process.
 type HAProxy struct {
+	bin    string
 	dir    string
 	cfg    string
 	Socket string // the Runtime API's unix socket
@@ -65,10 +66,100 @@ func (b *syncBuffer) Reset() {
 	b.buf.Reset()
 }
 
-// Backend is a backend of server-template slots, as in the example config.
+// Backend is a backend of server-template slots, as in the example
+// config, or, with Dynamic, one with no servers for the controller's
+// dynamic mode (HAProxy 3.0 and later).
 type Backend struct {
-	Name  string
-	Slots int
+	Name    string
+	Slots   int
+	Dynamic bool
+}
+
+// Version is one HAProxy build the tests run against.
+type Version struct {
+	Series string // "2.6", "3.0", "3.2"
+	Bin    string // the executable
+}
+
+// Name is "haproxy-<series>", a subtest name.
+func (v Version) Name() string { return "haproxy-" + v.Series }
+
+// AtLeast reports whether the series is major.minor or later.
+func (v Version) AtLeast(major, minor int) bool {
+	var ma, mi int
+	if _, err := fmt.Sscanf(v.Series, "%d.%d", &ma, &mi); err != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
+}
+
+// VersionsEnv names the HAProxy builds to test against, one "<series>
+// <path>" per line (or separated by ';'), as test/tools/haproxy.sh prints
+// them; `make test` sets it to 2.6, 3.0 and 3.2.
+const VersionsEnv = "STICKYDRAIN_HAPROXY"
+
+// Versions are the builds VersionsEnv names, or else the haproxy on
+// PATH alone, with its series read from `haproxy -v`.
+func Versions(t testing.TB) []Version {
+	t.Helper()
+	vs, err := versions(os.Getenv(VersionsEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vs
+}
+
+func versions(env string) ([]Version, error) {
+	var vs []Version
+	for _, line := range strings.FieldsFunc(env, func(r rune) bool { return r == '\n' || r == ';' }) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if len(f) != 2 {
+			return nil, fmt.Errorf("%s: %q is not \"<series> <path>\"", VersionsEnv, line)
+		}
+		vs = append(vs, Version{Series: f[0], Bin: f[1]})
+	}
+	if len(vs) > 0 {
+		return vs, nil
+	}
+	bin, err := exec.LookPath("haproxy")
+	if err != nil {
+		return nil, fmt.Errorf("haproxy is not installed (test/deps.sh installs Debian's): %w", err)
+	}
+	out, err := exec.Command(bin, "-v").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s -v: %w", bin, err)
+	}
+	var ma, mi int
+	if _, err := fmt.Sscanf(string(out), "HAProxy version %d.%d", &ma, &mi); err != nil {
+		return nil, fmt.Errorf("%s -v: no version in %q", bin, firstLine(string(out)))
+	}
+	return []Version{{Series: fmt.Sprintf("%d.%d", ma, mi), Bin: bin}}, nil
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return l
+}
+
+// ForEachVersion runs f as one subtest per version (Versions).
+func ForEachVersion(t *testing.T, f func(t *testing.T, v Version)) {
+	for _, v := range Versions(t) {
+		t.Run(v.Name(), func(t *testing.T) { f(t, v) })
+	}
+}
+
+// Start runs this version as the package's Start does.
+func (v Version) Start(t testing.TB, key string, backends ...Backend) *HAProxy {
+	t.Helper()
+	h, err := RunWith(Options{Dir: t.TempDir(), Key: key, Bin: v.Bin}, backends...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	return h
 }
 
 // Start runs HAProxy with one frontend on a free port and the backends
@@ -99,15 +190,21 @@ type Options struct {
 	// share one (the controller's configuration names one path per load
 	// balancer). Default: ready.map in Dir.
 	ReadyMap string
+	// Bin is the haproxy executable; default: haproxy on PATH.
+	Bin string
 }
 
 // RunWith is Run with every option.
 func RunWith(o Options, backends ...Backend) (*HAProxy, error) {
 	dir, port, key := o.Dir, o.Port, o.Key
-	bin, err := exec.LookPath("haproxy")
-	if err != nil {
-		return nil, fmt.Errorf("haproxy is not installed (test/deps.sh installs Debian's): %w", err)
+	bin := o.Bin
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("haproxy"); err != nil {
+			return nil, fmt.Errorf("haproxy is not installed (test/deps.sh installs Debian's): %w", err)
+		}
 	}
+	var err error
 	if port == 0 {
 		if port, err = proc.FreePort(); err != nil {
 			return nil, err
@@ -117,7 +214,7 @@ func RunWith(o Options, backends ...Backend) (*HAProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &HAProxy{dir: dir, Socket: filepath.Join(dir, "admin.sock"), Master: filepath.Join(dir, "master.sock"), Port: port,
+	h := &HAProxy{bin: bin, dir: dir, Socket: filepath.Join(dir, "admin.sock"), Master: filepath.Join(dir, "master.sock"), Port: port,
 		ReadyPort: readyPort, ReadyMap: o.ReadyMap, StateFile: filepath.Join(dir, "server-state")}
 	if h.ReadyMap == "" {
 		h.ReadyMap = filepath.Join(dir, "ready.map")
@@ -151,6 +248,14 @@ frontend ready
     http-request return status 503 content-type text/plain string "not filled yet, or no controller for 2 s"
 `, h.Socket, h.StateFile, h.Port, backends[0].Name, h.ReadyPort, h.ReadyMap)
 	for _, be := range backends {
+		if be.Dynamic {
+			// No servers: the controller adds them (`add server … cookie`).
+			fmt.Fprintf(&b, `backend %s
+    balance roundrobin
+    cookie SRV insert indirect nocache
+`, be.Name)
+			continue
+		}
 		fmt.Fprintf(&b, `backend %s
     balance roundrobin
     cookie SRV insert indirect nocache dynamic
@@ -177,7 +282,7 @@ func (h *HAProxy) start() error {
 	h.log.Reset()
 	// Master-worker, as the official image and systemd unit run it: a
 	// reload starts a new worker beside the old one.
-	h.cmd = exec.Command("haproxy", "-W", "-db", "-S", h.Master, "-f", h.cfg)
+	h.cmd = exec.Command(h.bin, "-W", "-db", "-S", h.Master, "-f", h.cfg)
 	h.cmd.Stdout, h.cmd.Stderr = &h.log, &h.log
 	// Its own process group, so that Stop ends the workers with the master.
 	// No Pdeathsig: it fires when the OS thread that started the process

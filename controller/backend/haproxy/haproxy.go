@@ -16,6 +16,9 @@
 // dynamic cookie is a hash of the key, address and port, so it is the same
 // on every replica and after a restart. All changes to one backend go over
 // one connection, as one batch.
+//
+// On HAProxy 3.0 and later, WithDynamicServers holds an upstream as
+// servers the controller adds and deletes instead (see dynamic.go).
 package haproxy
 
 import (
@@ -32,14 +35,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/plan"
-)
-
-// Admin-state flags of `show servers state`.
-const (
-	adminForcedMaint = 0x01
-	adminForcedDrain = 0x08
 )
 
 const freeAddr = "0.0.0.0"
@@ -52,8 +51,16 @@ type Instance struct {
 
 	// readyMap is the map file holding the readiness marker; empty: none.
 	readyMap string
+	// dynamic: servers are added and deleted (3.0+), not slots.
+	dynamic bool
+	log     logr.Logger
 
 	mu sync.Mutex
+	// unknown holds the srv_admin_state bits no version defines that were
+	// seen (and logged) already: each is logged once.
+	unknown AdminState
+	// versionOK: the process was found recent enough for dynamic servers.
+	versionOK bool
 	// read holds the slots Servers last read of each backend, for the
 	// Apply of the same pass (which takes them): one Runtime API request
 	// fewer per pass. Apply without a fresh read reads them itself.
@@ -74,13 +81,21 @@ type Option func(*Instance)
 // MarkFilled).
 func WithReadyMap(path string) Option { return func(h *Instance) { h.readyMap = path } }
 
+// WithDynamicServers holds upstreams as dynamic servers (HAProxy 3.0 and
+// later) instead of server-template slots.
+func WithDynamicServers() Option { return func(h *Instance) { h.dynamic = true } }
+
+// WithLogger logs what the instance notices on its own (unknown
+// srv_admin_state bits); default: nothing.
+func WithLogger(l logr.Logger) Option { return func(h *Instance) { h.log = l } }
+
 // New returns the instance at addr: unix:///path or tcp://host:port.
 func New(addr string, timeout time.Duration, opts ...Option) (*Instance, error) {
 	u, err := url.Parse(addr)
 	if err != nil {
 		return nil, fmt.Errorf("haproxy instance %q: %w", addr, err)
 	}
-	h := &Instance{timeout: timeout, id: addr, read: map[string][]slot{}}
+	h := &Instance{timeout: timeout, id: addr, read: map[string][]slot{}, log: logr.Discard()}
 	switch u.Scheme {
 	case "unix":
 		h.network, h.address = "unix", u.Path
@@ -145,50 +160,84 @@ type slot struct {
 	name  string
 	addr  netip.AddrPort
 	free  bool
+	admin AdminState
 	state plan.State
 }
 
-// slots reads the backend's servers with `show servers state`.
+// slots reads the backend's servers with `show servers state`: in slot
+// mode every server of the backend, in dynamic mode the ones the
+// controller added (named by dynamicName).
 func (h *Instance) slots(ctx context.Context, upstream string) ([]slot, error) {
+	if err := h.checkVersion(ctx); err != nil {
+		return nil, err
+	}
 	outs, err := h.run(ctx, []string{"show servers state " + upstream})
 	if err != nil {
 		return nil, err
 	}
+	out, err := parseServersState(outs[0], h.dynamic)
+	if err != nil {
+		return nil, fmt.Errorf("haproxy %s: show servers state %s: %w", h.id, upstream, err)
+	}
+	for _, s := range out {
+		h.noteUnknown(upstream, s)
+	}
+	if len(out) == 0 && !h.dynamic {
+		return nil, fmt.Errorf("haproxy %s: backend %s has no servers; give it a server-template", h.id, upstream)
+	}
+	return out, nil
+}
+
+// parseServersState reads the answer to `show servers state <backend>`
+// (format 1, the same from 2.6 to 3.2). In dynamic mode only the servers
+// named by dynamicName count, and none is free.
+func parseServersState(answer string, dynamic bool) ([]slot, error) {
 	var out []slot
-	for _, line := range strings.Split(outs[0], "\n") {
+	for _, line := range strings.Split(answer, "\n") {
 		if line == "" || strings.HasPrefix(line, "#") || line == "1" {
 			continue
 		}
 		f := strings.Fields(line)
 		if len(f) < 19 {
 			// An error message: "Can't find backend.", etc.
-			return nil, fmt.Errorf("haproxy %s: show servers state %s: %s", h.id, upstream, strings.TrimSpace(outs[0]))
+			return nil, errors.New(strings.TrimSpace(answer))
+		}
+		if dynamic && !strings.HasPrefix(f[3], dynamicPrefix) {
+			continue // the operator's own server
 		}
 		id, _ := strconv.Atoi(f[2])
-		admin, _ := strconv.Atoi(f[6])
-		s := slot{id: id, name: f[3]}
+		admin, err := strconv.ParseUint(f[6], 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("server %s: srv_admin_state %q is not a number", f[3], f[6])
+		}
+		s := slot{id: id, name: f[3], admin: AdminState(admin)}
 		ip, err1 := netip.ParseAddr(f[4])
 		port, err2 := strconv.ParseUint(f[18], 10, 16)
 		if err1 != nil || err2 != nil || f[4] == freeAddr || port == 0 {
 			s.free = true
 		} else {
 			s.addr = netip.AddrPortFrom(ip.Unmap(), uint16(port))
-			switch {
-			case admin&adminForcedMaint != 0:
-				s.state = plan.Down
-			case admin&adminForcedDrain != 0:
-				s.state = plan.Draining
-			default:
-				s.state = plan.Active
-			}
+			s.state = s.admin.State()
 		}
 		out = append(out, s)
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("haproxy %s: backend %s has no servers; give it a server-template", h.id, upstream)
-	}
 	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
 	return out, nil
+}
+
+// noteUnknown logs srv_admin_state bits no supported version defines,
+// once each per instance: a newer HAProxy may have added one. They never
+// change what the server is read as.
+func (h *Instance) noteUnknown(upstream string, s slot) {
+	u := s.admin.Unknown()
+	h.mu.Lock()
+	news := u &^ h.unknown
+	h.unknown |= u
+	h.mu.Unlock()
+	if news != 0 {
+		h.log.Info("srv_admin_state has bits this version of stickydrain does not know; ignoring them",
+			"instance", h.id, "server", upstream+"/"+s.name, "adminState", uint32(s.admin), "unknownBits", fmt.Sprintf("%#x", uint32(news)))
+	}
 }
 
 // Servers reads the servers the backend's slots hold.
@@ -219,6 +268,20 @@ func stateWord(s plan.State) string {
 	return "ready"
 }
 
+// step is one Runtime API command of a batch, for the change at index
+// change; ok says whether its answer means success.
+type step struct {
+	change int
+	cmd    string
+	ok     func(answer string) bool
+}
+
+func empty(answer string) bool { return answer == "" }
+
+func addrChanged(answer string) bool {
+	return strings.Contains(answer, "changed") || strings.Contains(answer, "no need to change")
+}
+
 // Apply makes the changes in one batch on one connection.
 func (h *Instance) Apply(ctx context.Context, upstream string, changes []plan.Change) []error {
 	errs := make([]error, len(changes))
@@ -231,18 +294,125 @@ func (h *Instance) Apply(ctx context.Context, upstream string, changes []plan.Ch
 	if len(changes) == 0 {
 		return errs
 	}
-	fail := func(err error) []error {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
-	}
 	if !fresh {
 		var err error
 		if slots, err = h.slots(ctx, upstream); err != nil {
-			return fail(err)
+			for i := range errs {
+				errs[i] = err
+			}
+			return errs
 		}
 	}
+	if h.dynamic {
+		h.send(ctx, h.dynamicSteps(upstream, slots, changes, errs), errs)
+		return errs
+	}
+	now, later, addrs := h.slotSteps(upstream, slots, changes, errs)
+	h.send(ctx, now, errs)
+	// From 3.0 an address change is applied a moment after its answer
+	// (HAProxy's server_atomic_sync_task): the new address must be in
+	// place before the slot takes traffic, and before the next read,
+	// which would otherwise see the slot still free and fill another.
+	if len(addrs) > 0 {
+		if err := h.awaitAddrs(ctx, upstream, addrs, errs); err != nil {
+			for _, a := range addrs {
+				if errs[a.change] == nil {
+					errs[a.change] = err
+				}
+			}
+		}
+	}
+	h.send(ctx, later, errs)
+	return errs
+}
+
+// send runs the steps as one batch and records each failure in errs at
+// its change's index; steps of a change that failed already are skipped.
+func (h *Instance) send(ctx context.Context, steps []step, errs []error) {
+	var run []step
+	for _, s := range steps {
+		if errs[s.change] == nil {
+			run = append(run, s)
+		}
+	}
+	if len(run) == 0 {
+		return
+	}
+	cmds := make([]string, len(run))
+	for i, s := range run {
+		cmds[i] = s.cmd
+	}
+	outs, err := h.run(ctx, cmds)
+	if err != nil && len(outs) == 0 {
+		for _, s := range run {
+			errs[s.change] = err
+		}
+		return
+	}
+	for i, s := range run {
+		if errs[s.change] != nil {
+			continue
+		}
+		if i >= len(outs) {
+			errs[s.change] = fmt.Errorf("haproxy %s: no answer to %q", h.id, s.cmd)
+			continue
+		}
+		if out := strings.TrimSpace(outs[i]); !s.ok(out) {
+			errs[s.change] = fmt.Errorf("haproxy %s: %q: %s", h.id, s.cmd, out)
+		}
+	}
+}
+
+// addrWant is the address a slot must show after a change (the zero
+// AddrPort: free).
+type addrWant struct {
+	change int
+	slot   string
+	addr   netip.AddrPort
+}
+
+// awaitAddrs reads the backend until every slot shows the address it was
+// given, for at most the instance's timeout.
+func (h *Instance) awaitAddrs(ctx context.Context, upstream string, want []addrWant, errs []error) error {
+	ctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	for {
+		outs, err := h.run(ctx, []string{"show servers state " + upstream})
+		if err != nil {
+			return err
+		}
+		slots, err := parseServersState(outs[0], false)
+		if err != nil {
+			return fmt.Errorf("haproxy %s: show servers state %s: %w", h.id, upstream, err)
+		}
+		byName := map[string]slot{}
+		for _, s := range slots {
+			byName[s.name] = s
+		}
+		pending := ""
+		for _, w := range want {
+			s := byName[w.slot]
+			if errs[w.change] == nil && (w.addr.IsValid() && s.addr != w.addr || !w.addr.IsValid() && !s.free) {
+				pending = w.slot
+				break
+			}
+		}
+		if pending == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("haproxy %s: %s/%s does not show its new address: %w", h.id, upstream, pending, ctx.Err())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// slotSteps are the commands of changes in slot mode: an added server
+// takes a free slot's place (its address), a removed one gives it back.
+// now runs first; later (the state of a slot given a new address) once
+// addrs, the addresses now gives, are in place.
+func (h *Instance) slotSteps(upstream string, slots []slot, changes []plan.Change, errs []error) (now, later []step, addrs []addrWant) {
 	byAddr := map[netip.AddrPort]*slot{}
 	var free []*slot
 	for i := range slots {
@@ -252,75 +422,42 @@ func (h *Instance) Apply(ctx context.Context, upstream string, changes []plan.Ch
 			byAddr[slots[i].addr] = &slots[i]
 		}
 	}
-	type step struct {
-		change int
-		cmd    string
-		isAddr bool
-	}
-	var steps []step
+	srv := func(s *slot) string { return upstream + "/" + s.name }
 	for i, ch := range changes {
-		srv := func(s *slot) string { return upstream + "/" + s.name }
 		switch ch.Op {
 		case plan.OpAdd:
 			s := byAddr[ch.Addr]
-			if s == nil {
-				if len(free) == 0 {
-					errs[i] = fmt.Errorf("haproxy %s: backend %s: no free server-template slot for %s (all %d in use); raise the server-template count", h.id, upstream, ch.Addr, len(slots))
-					continue
-				}
-				s, free = free[0], free[1:]
-				steps = append(steps, step{i, fmt.Sprintf("set server %s addr %s port %d", srv(s), ch.Addr.Addr(), ch.Addr.Port()), true})
+			if s != nil {
+				now = append(now, step{i, fmt.Sprintf("set server %s state %s", srv(s), stateWord(ch.State)), empty})
+				continue
 			}
-			steps = append(steps, step{i, fmt.Sprintf("set server %s state %s", srv(s), stateWord(ch.State)), false})
+			if len(free) == 0 {
+				errs[i] = fmt.Errorf("haproxy %s: backend %s: no free server-template slot for %s (all %d in use); raise the server-template count", h.id, upstream, ch.Addr, len(slots))
+				continue
+			}
+			s, free = free[0], free[1:]
+			now = append(now, step{i, fmt.Sprintf("set server %s addr %s port %d", srv(s), ch.Addr.Addr(), ch.Addr.Port()), addrChanged})
+			addrs = append(addrs, addrWant{i, s.name, ch.Addr})
+			later = append(later, step{i, fmt.Sprintf("set server %s state %s", srv(s), stateWord(ch.State)), empty})
 		case plan.OpSet:
 			s := byAddr[ch.Addr]
 			if s == nil {
 				errs[i] = fmt.Errorf("haproxy %s: backend %s: no server holds %s", h.id, upstream, ch.Addr)
 				continue
 			}
-			steps = append(steps, step{i, fmt.Sprintf("set server %s state %s", srv(s), stateWord(ch.State)), false})
+			now = append(now, step{i, fmt.Sprintf("set server %s state %s", srv(s), stateWord(ch.State)), empty})
 		case plan.OpRemove:
 			s := byAddr[ch.Addr]
 			if s == nil {
 				continue // already gone
 			}
-			steps = append(steps,
-				step{i, fmt.Sprintf("set server %s state maint", srv(s)), false},
-				step{i, fmt.Sprintf("set server %s addr %s port 0", srv(s), freeAddr), true})
+			now = append(now,
+				step{i, fmt.Sprintf("set server %s state maint", srv(s)), empty},
+				step{i, fmt.Sprintf("set server %s addr %s port 0", srv(s), freeAddr), addrChanged})
+			addrs = append(addrs, addrWant{i, s.name, netip.AddrPort{}})
 		}
 	}
-	if len(steps) == 0 {
-		return errs
-	}
-	cmds := make([]string, len(steps))
-	for i, s := range steps {
-		cmds[i] = s.cmd
-	}
-	outs, err := h.run(ctx, cmds)
-	if err != nil && len(outs) == 0 {
-		for _, s := range steps {
-			errs[s.change] = err
-		}
-		return errs
-	}
-	for i, s := range steps {
-		if errs[s.change] != nil {
-			continue
-		}
-		if i >= len(outs) {
-			errs[s.change] = fmt.Errorf("haproxy %s: no answer to %q", h.id, s.cmd)
-			continue
-		}
-		out := strings.TrimSpace(outs[i])
-		ok := out == ""
-		if s.isAddr {
-			ok = strings.Contains(out, "changed") || strings.Contains(out, "no need to change")
-		}
-		if !ok {
-			errs[s.change] = fmt.Errorf("haproxy %s: %q: %s", h.id, s.cmd, out)
-		}
-	}
-	return errs
+	return now, later, addrs
 }
 
 // Identity is the worker's Pid and start time from `show info`: a

@@ -26,12 +26,52 @@ func pod(t *testing.T, name string) netip.AddrPort {
 	return netip.MustParseAddrPort(strings.TrimPrefix(srv.URL, "http://"))
 }
 
-func instance(t *testing.T, h *haproxytest.HAProxy) *Instance {
-	i, err := New(h.Address(), 2*time.Second)
+func instance(t *testing.T, h *haproxytest.HAProxy, opts ...Option) *Instance {
+	i, err := New(h.Address(), 2*time.Second, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return i
+}
+
+// flavour is one HAProxy version in one mode: slots on every version,
+// dynamic servers too on 3.0 and later.
+type flavour struct {
+	haproxytest.Version
+	dynamic bool
+}
+
+func (f flavour) name() string {
+	if f.dynamic {
+		return f.Name() + "-dynamic"
+	}
+	return f.Name() + "-slots"
+}
+
+// forEachFlavour runs the test once per version and mode.
+func forEachFlavour(t *testing.T, test func(t *testing.T, f flavour)) {
+	for _, v := range haproxytest.Versions(t) {
+		fs := []flavour{{v, false}}
+		if v.AtLeast(3, 0) {
+			fs = append(fs, flavour{v, true})
+		}
+		for _, f := range fs {
+			t.Run(f.name(), func(t *testing.T) { test(t, f) })
+		}
+	}
+}
+
+// start runs HAProxy with the backend shop: slots, or none for dynamic
+// servers.
+func (f flavour) start(t *testing.T, key string, slots int) *haproxytest.HAProxy {
+	return f.Start(t, key, haproxytest.Backend{Name: "shop", Slots: slots, Dynamic: f.dynamic})
+}
+
+func (f flavour) instance(t *testing.T, h *haproxytest.HAProxy) *Instance {
+	if f.dynamic {
+		return instance(t, h, WithDynamicServers())
+	}
+	return instance(t, h)
 }
 
 func apply(t *testing.T, i *Instance, desired map[netip.AddrPort]plan.State) {
@@ -81,8 +121,12 @@ func get(t *testing.T, h *haproxytest.HAProxy, cookie string) (string, string) {
 }
 
 func TestDrainKeepsCookieTrafficAndSendsNewClientsElsewhere(t *testing.T) {
-	h := haproxytest.Start(t, "k1", haproxytest.Backend{Name: "shop", Slots: 4})
-	i := instance(t, h)
+	forEachFlavour(t, testDrainKeepsCookieTraffic)
+}
+
+func testDrainKeepsCookieTraffic(t *testing.T, f flavour) {
+	h := f.start(t, "k1", 4)
+	i := f.instance(t, h)
 	a, b := pod(t, "a"), pod(t, "b")
 	apply(t, i, map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active})
 
@@ -112,7 +156,7 @@ func TestDrainKeepsCookieTrafficAndSendsNewClientsElsewhere(t *testing.T) {
 	if who, _ := get(t, h, cookieA); who != "b" {
 		t.Errorf("with pod a down, its cookie went to %q, want b", who)
 	}
-	// Removed: the slot is free again.
+	// Removed: the slot is free again; a dynamic server is deleted.
 	apply(t, i, map[netip.AddrPort]plan.State{b: plan.Active})
 	slots, err := i.slots(context.Background(), "shop")
 	if err != nil {
@@ -124,14 +168,22 @@ func TestDrainKeepsCookieTrafficAndSendsNewClientsElsewhere(t *testing.T) {
 			free++
 		}
 	}
-	if free != 3 {
+	if f.dynamic {
+		if len(slots) != 1 || slots[0].name != dynamicName(b) {
+			t.Errorf("servers after removing a: %+v, want %s alone", slots, dynamicName(b))
+		}
+	} else if free != 3 {
 		t.Errorf("%d free slots after removing a, want 3", free)
 	}
 }
 
 func TestCookiesHoldAcrossRestartsAndReplicas(t *testing.T) {
-	h1 := haproxytest.Start(t, "shared", haproxytest.Backend{Name: "shop", Slots: 4})
-	h2 := haproxytest.Start(t, "shared", haproxytest.Backend{Name: "shop", Slots: 4})
+	forEachFlavour(t, testCookiesHold)
+}
+
+func testCookiesHold(t *testing.T, f flavour) {
+	h1, h2 := f.start(t, "shared", 4), f.start(t, "shared", 4)
+	instance := f.instance
 	a, b := pod(t, "a"), pod(t, "b")
 	want := map[netip.AddrPort]plan.State{a: plan.Draining, b: plan.Active}
 	// The two replicas fill their slots in a different order.
@@ -173,7 +225,11 @@ func TestCookiesHoldAcrossRestartsAndReplicas(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	h := haproxytest.Start(t, "k", haproxytest.Backend{Name: "shop", Slots: 1})
+	haproxytest.ForEachVersion(t, testErrors)
+}
+
+func testErrors(t *testing.T, v haproxytest.Version) {
+	h := v.Start(t, "k", haproxytest.Backend{Name: "shop", Slots: 1})
 	i := instance(t, h)
 	ctx := context.Background()
 	a, b := pod(t, "a"), pod(t, "b")
@@ -191,14 +247,26 @@ func TestErrors(t *testing.T) {
 	if _, err := down.Servers(ctx, "shop"); err == nil {
 		t.Error("an unreachable instance answered")
 	}
+	// Dynamic servers on a version without them: refused, naming both.
+	_, err := instance(t, h, WithDynamicServers()).Servers(ctx, "shop")
+	switch {
+	case v.AtLeast(3, 0) && err != nil:
+		t.Errorf("dynamic mode on %s: %v", v.Series, err)
+	case !v.AtLeast(3, 0) && (err == nil || !strings.Contains(err.Error(), `mode "dynamic" needs HAProxy 3.0 or later, and this process runs `+v.Series)):
+		t.Errorf("dynamic mode on %s: %v, want it refused naming the version", v.Series, err)
+	}
 }
 
 // A pass reads the backend once and sends its changes in one request: two
 // Runtime API connections (HAProxy counts them in CumConns). An Apply
 // without a read of its own pass reads the slots itself.
 func TestAPassIsTwoRuntimeAPIRequests(t *testing.T) {
-	h := haproxytest.Start(t, "k", haproxytest.Backend{Name: "shop", Slots: 4})
-	i := instance(t, h)
+	forEachFlavour(t, testAPassIsTwoRequests)
+}
+
+func testAPassIsTwoRequests(t *testing.T, f flavour) {
+	h := f.start(t, "k", 4)
+	i := f.instance(t, h)
 	a, b := pod(t, "a"), pod(t, "b")
 	apply(t, i, map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active})
 	ctx := context.Background()

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -33,14 +35,25 @@ import (
 // port must not be 0, or HAProxy reads the restored port as an offset to
 // the client's port and the server takes no request.
 func (h *Instance) SaveState(ctx context.Context, path string) error {
+	_, err := h.saveState(ctx, path)
+	return err
+}
+
+// saveState is SaveState, returning the state it saved.
+func (h *Instance) saveState(ctx context.Context, path string) (string, error) {
 	outs, err := h.run(ctx, []string{"show servers state"})
 	if err != nil {
-		return fmt.Errorf("saving server state: %w", err)
+		return "", fmt.Errorf("saving server state: %w", err)
 	}
 	state := strings.TrimSpace(outs[0]) + "\n"
 	if !strings.HasPrefix(state, "1\n") {
-		return fmt.Errorf("saving server state: haproxy %s answered %q, not a version 1 state", h.id, firstLine(state))
+		return "", fmt.Errorf("saving server state: haproxy %s answered %q, not a version 1 state", h.id, firstLine(state))
 	}
+	return state, writeAtomically(path, state)
+}
+
+// writeAtomically writes a temporary file beside path and renames it.
+func writeAtomically(path, state string) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return fmt.Errorf("saving server state: %w", err)
@@ -72,14 +85,18 @@ func firstLine(s string) string {
 // tcp://host:port, haproxy -W -S), then waits until a new worker answers
 // on the Runtime API. The old worker finishes its open connections; the
 // new one starts from the configuration and stateFile, so every slot keeps
-// its address and drain. A configuration that does not load leaves the
-// old worker running and is reported.
+// its address and drain. Dynamic servers (mode dynamic) are not in the
+// configuration, so the new worker starts without them: Reload adds back
+// every one the old worker had, with its cookie and state, the moment the
+// new worker answers (see ReplayDynamic). A configuration that does not
+// load leaves the old worker running and is reported.
 func (h *Instance) Reload(ctx context.Context, master, stateFile string) error {
 	before, err := h.Identity(ctx)
 	if err != nil {
 		return fmt.Errorf("reload: reading the running worker: %w", err)
 	}
-	if err := h.SaveState(ctx, stateFile); err != nil {
+	state, err := h.saveState(ctx, stateFile)
+	if err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
 	m, err := New(master, h.timeout)
@@ -104,12 +121,95 @@ func (h *Instance) Reload(ctx context.Context, master, stateFile string) error {
 	for {
 		now, err := h.Identity(ctx)
 		if err == nil && now != before {
+			if err := h.ReplayDynamic(ctx, state); err != nil {
+				return fmt.Errorf("reload: the new worker runs, but %w", err)
+			}
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("reload: no new worker answered on %s (still %s); check the master's log for a configuration error: %w", h.id, before, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+		// In dynamic mode the new worker serves without its servers
+		// until they are replayed: look often.
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// ReplayDynamic adds to the running process every dynamic server (one the
+// controller added, named sd_…) that state — a `show servers state`
+// answer, as SaveState saves it — holds and the process lacks, with its
+// address, cookie and state, all in one batch. Servers the process has
+// are left as they are. It is what keeps drains through a reload in
+// dynamic mode; in slot mode there is nothing to replay.
+func (h *Instance) ReplayDynamic(ctx context.Context, state string) error {
+	saved := dynamicServers(state)
+	if len(saved) == 0 {
+		return nil
+	}
+	outs, err := h.run(ctx, []string{"show servers state"})
+	if err != nil {
+		return fmt.Errorf("replaying dynamic servers: %w", err)
+	}
+	have := map[string]bool{}
+	for _, s := range dynamicServers(outs[0]) {
+		have[s.backend+"/"+s.name] = true
+	}
+	var steps []step
+	for _, s := range saved {
+		srv := s.backend + "/" + s.name
+		if have[srv] {
+			continue
+		}
+		steps = append(steps,
+			step{cmd: fmt.Sprintf("add server %s %s cookie %s", srv, s.addr, dynamicCookie(s.addr)), ok: added},
+			step{cmd: fmt.Sprintf("set server %s state %s", srv, stateWord(s.admin.State())), ok: empty})
+	}
+	if len(steps) == 0 {
+		return nil
+	}
+	cmds := make([]string, len(steps))
+	for i, s := range steps {
+		cmds[i] = s.cmd
+	}
+	outs, err = h.run(ctx, cmds)
+	if err != nil {
+		return fmt.Errorf("replaying dynamic servers: %w", err)
+	}
+	var errs []error
+	for i, s := range steps {
+		if out := strings.TrimSpace(outs[i]); !s.ok(out) {
+			errs = append(errs, fmt.Errorf("%q: %s", s.cmd, out))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("replaying dynamic servers on haproxy %s: %w", h.id, errors.Join(errs...))
+	}
+	return nil
+}
+
+type savedServer struct {
+	backend, name string
+	addr          netip.AddrPort
+	admin         AdminState
+}
+
+// dynamicServers are the servers named sd_… with an address in a `show
+// servers state` answer of every backend.
+func dynamicServers(state string) []savedServer {
+	var out []savedServer
+	for _, line := range strings.Split(state, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 19 || strings.HasPrefix(f[0], "#") || !strings.HasPrefix(f[3], dynamicPrefix) {
+			continue
+		}
+		ip, err1 := netip.ParseAddr(f[4])
+		port, err2 := strconv.ParseUint(f[18], 10, 16)
+		admin, err3 := strconv.ParseUint(f[6], 10, 32)
+		if err1 != nil || err2 != nil || err3 != nil || port == 0 {
+			continue
+		}
+		out = append(out, savedServer{backend: f[1], name: f[3], addr: netip.AddrPortFrom(ip.Unmap(), uint16(port)), admin: AdminState(admin)})
+	}
+	return out
 }

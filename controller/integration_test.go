@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
+	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/plan"
 	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/e2e"
@@ -113,6 +114,7 @@ func (p *controllerProc) stop() {
 }
 
 func servers(t *testing.T, h *haproxytest.HAProxy) map[netip.AddrPort]plan.State {
+	// Read in slot mode: every server of the backend, dynamic ones too.
 	i, err := haproxy.New(h.Address(), 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +159,13 @@ func (u *user) do(t *testing.T, method, url string) (int, sessionapp.Reply) {
 	return resp.StatusCode, r
 }
 
+// TestControllerDrainsTerminatingPodsOnEveryHAProxy runs on every HAProxy
+// version under test, in slot mode and, from 3.0, in dynamic mode.
 func TestControllerDrainsTerminatingPodsOnEveryHAProxy(t *testing.T) {
+	haproxytest.ForEachFlavour(t, testControllerDrains)
+}
+
+func testControllerDrains(t *testing.T, fl haproxytest.Flavour) {
 	c := cluster.StartT(t, cluster.Options{})
 	app, err := bins.Build("github.com/stickydrain/stickydrain/test/sessionapp/cmd/sessionapp")
 	if err != nil {
@@ -165,12 +173,17 @@ func TestControllerDrainsTerminatingPodsOnEveryHAProxy(t *testing.T) {
 	}
 	host := podhost.StartT(t, podhost.Options{Clientset: c.Clientset, Nodes: c.Nodes, Log: t.Logf,
 		Images: map[string]string{"sessionapp": app}})
-	h1 := haproxytest.Start(t, "shared-secret", haproxytest.Backend{Name: "shop", Slots: 8})
-	h2 := haproxytest.Start(t, "shared-secret", haproxytest.Backend{Name: "shop", Slots: 8})
+	h1 := fl.Start(t, "shared-secret", fl.Backend("shop", 8))
+	h2 := fl.Start(t, "shared-secret", fl.Backend("shop", 8))
+	mode := config.HAProxySlots
+	if fl.Dynamic {
+		mode = config.HAProxyDynamic
+	}
 	ctrlProc := startController(t, c, asControllerServiceAccount(t, c), fmt.Sprintf(`
 loadBalancers:
   - name: edge
     type: haproxy
+    haproxy: {mode: %s}
     timeout: 2s
     instances:
       # The third instance is never reachable: it must not hold the
@@ -178,7 +191,7 @@ loadBalancers:
       static: [%q, %q, "unix:///nonexistent/haproxy.sock"]
     allowedNamespaces: {names: [shop]}
 resync: 2s
-`, h1.Address(), h2.Address()))
+`, mode, h1.Address(), h2.Address()))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

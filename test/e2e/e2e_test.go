@@ -11,17 +11,30 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/stickydrain/stickydrain/test/haproxytest"
 	"github.com/stickydrain/stickydrain/test/podhost"
 )
 
 // TestRollingUpdateKeepsEverySession is the scenario of `make demo`,
 // asserted: the real webhook and controller binaries, two real HAProxy
 // instances, an opted-in Namespace, 3 replicas of the session app, users
-// holding sticky sessions through a rollout.
+// holding sticky sessions through a rollout — on each HAProxy version
+// under test in slot mode, and on the newest in dynamic mode too.
 func TestRollingUpdateKeepsEverySession(t *testing.T) {
+	vs := haproxytest.Versions(t)
+	for _, v := range vs {
+		t.Run(haproxytest.Flavour{Version: v}.Name(), func(t *testing.T) { rollingUpdate(t, haproxytest.Flavour{Version: v}) })
+	}
+	if newest := vs[len(vs)-1]; newest.AtLeast(3, 0) {
+		fl := haproxytest.Flavour{Version: newest, Dynamic: true}
+		t.Run(fl.Name(), func(t *testing.T) { rollingUpdate(t, fl) })
+	}
+}
+
+func rollingUpdate(t *testing.T, fl haproxytest.Flavour) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	env, err := Start(ctx, Options{Log: t.Logf})
+	env, err := Start(ctx, Options{Log: t.Logf, HAProxy: fl})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/stickydrain/stickydrain/certs"
+	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
 	"github.com/stickydrain/stickydrain/test/nginxplus"
@@ -69,6 +70,7 @@ type Env struct {
 	kills    []killWindow // when a process in users' paths was killed, until the front knew
 	lbMu     sync.Mutex   // guards HAProxy, which scaling changes while others read it
 	bins     *testbin.Builder
+	flavour  haproxytest.Flavour // the HAProxy instances' version and mode
 	procs    []*proc.Proc
 	cleanup  []func()
 }
@@ -82,6 +84,9 @@ type Options struct {
 	// ControllerReplicas runs that many controllers with leader election
 	// (default 1).
 	ControllerReplicas int
+	// HAProxy is the version and mode of the HAProxy instances; default:
+	// the haproxy on PATH (Debian's 2.6), slots.
+	HAProxy haproxytest.Flavour
 }
 
 func repoRoot() string {
@@ -100,7 +105,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
-	env = &Env{Dir: dir, log: logf, bins: testbin.New()}
+	env = &Env{Dir: dir, log: logf, bins: testbin.New(), flavour: opts.HAProxy}
 	defer func() {
 		if err != nil {
 			env.Stop()
@@ -135,7 +140,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return env, err
 		}
-		h, err := haproxytest.RunWith(haproxytest.Options{Dir: d, Key: "e2e-shared-key", ReadyMap: env.readyMap()}, haproxytest.Backend{Name: "shop", Slots: 16})
+		h, err := env.runHAProxy(d)
 		if err != nil {
 			return env, err
 		}
@@ -399,7 +404,11 @@ func (e *Env) controllerConfig() string {
 	// Only the app's namespace may map, only onto its own pods, only in
 	// the pod network: as an operator sharing the cluster would write it.
 	tenancy := fmt.Sprintf("    allowedNamespaces: {names: [%s]}\n    allowedCIDRs: [198.18.0.0/15]\n", Namespace)
-	yml := fmt.Sprintf("loadBalancers:\n  - name: edge\n    type: haproxy\n    haproxy: {readyMap: %q}\n    instances:\n      static: [%s]\n", e.readyMap(), strings.Join(addrs, ", ")) + tenancy
+	mode := config.HAProxySlots
+	if e.flavour.Dynamic {
+		mode = config.HAProxyDynamic
+	}
+	yml := fmt.Sprintf("loadBalancers:\n  - name: edge\n    type: haproxy\n    haproxy: {readyMap: %q, mode: %s}\n    instances:\n      static: [%s]\n", e.readyMap(), mode, strings.Join(addrs, ", ")) + tenancy
 	if len(e.plusURLs) > 0 {
 		var q []string
 		for _, u := range e.plusURLs {

@@ -17,6 +17,12 @@ import (
 // loads (the controller's configuration names one per load balancer).
 func (e *Env) readyMap() string { return filepath.Join(e.Dir, "ready.map") }
 
+// runHAProxy starts one instance of the environment's version and mode
+// in dir.
+func (e *Env) runHAProxy(dir string) (*haproxytest.HAProxy, error) {
+	return haproxytest.RunWith(haproxytest.Options{Dir: dir, Key: "e2e-shared-key", ReadyMap: e.readyMap(), Bin: e.flavour.Bin}, e.flavour.Backend("shop", 16))
+}
+
 // haproxies is a copy of the instances running now, for goroutines other
 // than the test's (the observer, the demo's view).
 func (e *Env) haproxies() []*haproxytest.HAProxy {
@@ -122,7 +128,7 @@ func (e *Env) AddHAProxy() (int, error) {
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		return 0, err
 	}
-	h, err := haproxytest.RunWith(haproxytest.Options{Dir: d, Key: "e2e-shared-key", ReadyMap: e.readyMap()}, haproxytest.Backend{Name: "shop", Slots: 16})
+	h, err := e.runHAProxy(d)
 	if err != nil {
 		return 0, err
 	}

@@ -151,6 +151,40 @@ func ForEachVersion(t *testing.T, f func(t *testing.T, v Version)) {
 	}
 }
 
+// Flavour is one version in one of the controller's modes: server-template
+// slots on every version, dynamic servers too on 3.0 and later.
+type Flavour struct {
+	Version
+	Dynamic bool
+}
+
+// Name is "haproxy-<series>-slots" or "haproxy-<series>-dynamic".
+func (f Flavour) Name() string {
+	if f.Dynamic {
+		return f.Version.Name() + "-dynamic"
+	}
+	return f.Version.Name() + "-slots"
+}
+
+// Backend is a backend of the flavour's kind: slots, or none for
+// dynamic servers.
+func (f Flavour) Backend(name string, slots int) Backend {
+	return Backend{Name: name, Slots: slots, Dynamic: f.Dynamic}
+}
+
+// ForEachFlavour runs f as one subtest per version and mode.
+func ForEachFlavour(t *testing.T, f func(t *testing.T, fl Flavour)) {
+	for _, v := range Versions(t) {
+		fls := []Flavour{{v, false}}
+		if v.AtLeast(3, 0) {
+			fls = append(fls, Flavour{v, true})
+		}
+		for _, fl := range fls {
+			t.Run(fl.Name(), func(t *testing.T) { f(t, fl) })
+		}
+	}
+}
+
 // Start runs this version as the package's Start does.
 func (v Version) Start(t testing.TB, key string, backends ...Backend) *HAProxy {
 	t.Helper()

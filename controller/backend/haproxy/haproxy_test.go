@@ -34,41 +34,22 @@ func instance(t *testing.T, h *haproxytest.HAProxy, opts ...Option) *Instance {
 	return i
 }
 
-// flavour is one HAProxy version in one mode: slots on every version,
-// dynamic servers too on 3.0 and later.
-type flavour struct {
-	haproxytest.Version
-	dynamic bool
-}
-
-func (f flavour) name() string {
-	if f.dynamic {
-		return f.Name() + "-dynamic"
-	}
-	return f.Name() + "-slots"
-}
+// flavour is one HAProxy version in one mode.
+type flavour struct{ haproxytest.Flavour }
 
 // forEachFlavour runs the test once per version and mode.
 func forEachFlavour(t *testing.T, test func(t *testing.T, f flavour)) {
-	for _, v := range haproxytest.Versions(t) {
-		fs := []flavour{{v, false}}
-		if v.AtLeast(3, 0) {
-			fs = append(fs, flavour{v, true})
-		}
-		for _, f := range fs {
-			t.Run(f.name(), func(t *testing.T) { test(t, f) })
-		}
-	}
+	haproxytest.ForEachFlavour(t, func(t *testing.T, f haproxytest.Flavour) { test(t, flavour{f}) })
 }
 
 // start runs HAProxy with the backend shop: slots, or none for dynamic
 // servers.
 func (f flavour) start(t *testing.T, key string, slots int) *haproxytest.HAProxy {
-	return f.Start(t, key, haproxytest.Backend{Name: "shop", Slots: slots, Dynamic: f.dynamic})
+	return f.Start(t, key, f.Backend("shop", slots))
 }
 
 func (f flavour) instance(t *testing.T, h *haproxytest.HAProxy) *Instance {
-	if f.dynamic {
+	if f.Dynamic {
 		return instance(t, h, WithDynamicServers())
 	}
 	return instance(t, h)
@@ -168,7 +149,7 @@ func testDrainKeepsCookieTraffic(t *testing.T, f flavour) {
 			free++
 		}
 	}
-	if f.dynamic {
+	if f.Dynamic {
 		if len(slots) != 1 || slots[0].name != dynamicName(b) {
 			t.Errorf("servers after removing a: %+v, want %s alone", slots, dynamicName(b))
 		}

@@ -129,8 +129,8 @@ func testReloadKeeps(t *testing.T, f flavour) {
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
 	wg.Wait()
-	t.Logf("%s: %d sticky requests across two reloads, %d failed", f.name(), sent.Load(), failed.Load())
-	if f.dynamic {
+	t.Logf("%s: %d sticky requests across two reloads, %d failed", f.Name(), sent.Load(), failed.Load())
+	if f.Dynamic {
 		// The new worker serves a few milliseconds without the servers
 		// before Reload adds them back: what docs/haproxy.md says of
 		// dynamic mode. Measured, not asserted; the drains are.
@@ -158,9 +158,9 @@ func testReloadKeeps(t *testing.T, f flavour) {
 	}
 	_, hasA := got[a]
 	switch {
-	case f.dynamic && len(got) != 0:
+	case f.Dynamic && len(got) != 0:
 		t.Errorf("a reload without the helper kept dynamic servers %v; want none (they are not in the configuration)", got)
-	case !f.dynamic && (!hasA || len(got) != 2):
+	case !f.Dynamic && (!hasA || len(got) != 2):
 		t.Errorf("a reload without saving restored %v, want the stale saved state (a and b): then the save is not what keeps the servers", got)
 	}
 }

@@ -35,8 +35,9 @@ stickydrain controller set through the Runtime API) into the
 server-state-file, atomically. Exit status: 0 done, 1 failed, 2 bad usage.`,
 	"reload": `stickydrain-haproxy reload [flags]
 
-Saves the server state, then asks the master (haproxy -W -S) to reload, and
-waits for the new worker: an HAProxy reload that keeps every drain. With
+Saves the server state, then asks the master (haproxy -W -S) to reload, waits
+for the new worker and adds back the dynamic servers (mode dynamic) it lacks:
+an HAProxy reload that keeps every drain. With
 --watch it keeps running and does so whenever the configuration directory
 changes (a sidecar). Exit status: 0 done, 1 failed, 2 bad usage.`,
 }

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // DefaultControllers are the kube-controller-manager controllers a cluster
@@ -162,6 +164,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	c.env = env
 
 	logf("starting etcd and kube-apiserver (%s)", binDir)
+	// envtest logs through controller-runtime's process-wide logger, which
+	// prints a stack trace ("log.SetLogger(...) was never called") into the
+	// test's output 30 s after start unless set. Nothing in a test process
+	// logs through it that a test reads: discard.
+	ctrllog.SetLogger(logr.Discard())
 	if _, err := env.Start(); err != nil {
 		return c, fmt.Errorf("starting etcd and kube-apiserver: %w", err)
 	}

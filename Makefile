@@ -52,10 +52,11 @@ lint: ## gofmt check, go vet and staticcheck.
 ##@ Testing
 
 .PHONY: test
-test: deps k8s-bins haproxy-versions ## Unit, integration and end-to-end tests (-race) on a real local control plane, against HAProxy 2.6, 3.0 and 3.2.
+test: deps k8s-bins haproxy-versions peers ## Unit, integration and end-to-end tests (-race) on a real local control plane, against HAProxy 2.6, 3.0 and 3.2, haproxy-ingress and Traefik.
 	@# One package at a time: several control planes, pod hosts and
 	@# HAProxy pairs at once on 2 cores starve readiness probes.
-	STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" STICKYDRAIN_HAPROXY="$$(test/tools/haproxy.sh)" $(GO) test -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" STICKYDRAIN_HAPROXY="$$(test/tools/haproxy.sh)" \
+	  STICKYDRAIN_PEERS="$$(test/peers/build.sh)" $(GO) test -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 .PHONY: soak
 soak: deps k8s-bins ## Chaos soak: sticky users, rollouts and random faults for DURATION (default 30m; make test runs 2m).
@@ -93,6 +94,10 @@ k8s-bins: ## Build etcd, kube-apiserver, kube-controller-manager into the cache 
 .PHONY: haproxy-versions
 haproxy-versions: deps ## Provide HAProxy 3.0 (built from source, ~80 s cold) and 3.2 (Debian forky's) beside Debian's 2.6, in the cache.
 	@test/tools/haproxy.sh | sed 's/^/haproxy /'
+
+.PHONY: peers
+peers: ## Build haproxy-ingress (~2 min cold) and Traefik (~6 min cold, 3 GB) from source into the cache, for the ingress tests.
+	@test/peers/build.sh | sed 's/^/peer /'
 
 .PHONY: clean
 clean: ## Remove ./bin (the binary cache outside the checkout stays).

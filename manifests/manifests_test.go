@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -109,6 +110,23 @@ func TestTheInstallHasEveryPart(t *testing.T) {
 		}
 		if o.GetLabels()["app.kubernetes.io/part-of"] != "stickydrain" {
 			t.Errorf("%s/%s lacks app.kubernetes.io/part-of=stickydrain", o.GetKind(), o.GetName())
+		}
+	}
+
+	// The webhook-only install: the webhook's objects exactly as the full
+	// install has them (so what TestTheInstallAppliesToARealAPIServer
+	// applies covers them), and nothing of the controller's.
+	webhookOnly := render(t, manifests.Dir("webhook-only"))
+	wantWebhookOnly := slices.DeleteFunc(slices.Clone(want), func(s string) bool {
+		return strings.HasPrefix(s, "ServiceMonitor/") || strings.Contains(s, "stickydrain-controller")
+	})
+	if got := kinds(webhookOnly); !slices.Equal(got, wantWebhookOnly) {
+		t.Errorf("manifests/webhook-only renders\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantWebhookOnly, "\n"))
+	}
+	for _, o := range webhookOnly {
+		full := manifests.Find(objs, o.GetKind(), o.GetName())
+		if full == nil || !reflect.DeepEqual(full.Object, o.Object) {
+			t.Errorf("manifests/webhook-only's %s/%s differs from the full install's", o.GetKind(), o.GetName())
 		}
 	}
 

@@ -18,6 +18,9 @@ declare -A hdr=([openssl/ssl.h]=libssl-dev [pcre2.h]=libpcre2-dev [zlib.h]=zlib1
 for h in "${!hdr[@]}"; do
 	[[ -e /usr/include/$h ]] || need+=("${hdr[$h]}")
 done
+# test/e2e's haproxy-ingress runs Debian's HAProxy with Lua scripts that
+# need lua-json.
+[[ -e /usr/share/lua/5.3/json.lua || -e /usr/share/lua/5.3/json/init.lua ]] || need+=(lua-json)
 for c in nsenter unshare mount; do
 	command -v "$c" >/dev/null || { need+=(util-linux mount); break; }
 done

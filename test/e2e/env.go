@@ -71,6 +71,7 @@ type Env struct {
 	lbMu     sync.Mutex   // guards HAProxy, which scaling changes while others read it
 	bins     *testbin.Builder
 	flavour  haproxytest.Flavour // the HAProxy instances' version and mode
+	ingress  *ingressProxy       // the ingress users go through, if any
 	procs    []*proc.Proc
 	cleanup  []func()
 }
@@ -87,6 +88,10 @@ type Options struct {
 	// HAProxy is the version and mode of the HAProxy instances; default:
 	// the haproxy on PATH (Debian's 2.6), slots.
 	HAProxy haproxytest.Flavour
+	// Ingress, when set, runs that ingress controller (built from source)
+	// instead of the HAProxy instances and the stickydrain controller:
+	// the webhook alone, as a webhook-only install.
+	Ingress Ingress
 }
 
 func repoRoot() string {
@@ -133,6 +138,14 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 		Images: map[string]string{"sessionapp": built["test/sessionapp/cmd/sessionapp"], DrainctlImage: built["drainctl"]}})
 	if err != nil {
 		return env, err
+	}
+	if opts.Ingress != "" {
+		logf("starting the webhook …")
+		if err := env.startWebhook(ctx, built["webhook"]); err != nil {
+			return env, err
+		}
+		logf("starting %s (no stickydrain controller) …", opts.Ingress)
+		return env, env.startIngress(ctx, opts.Ingress)
 	}
 	logf("starting two HAProxy instances …")
 	for i := 0; i < 2; i++ {

@@ -44,7 +44,7 @@ func token(ctx context.Context, c *cluster.Cluster, name string, reader bool) (s
 		return "", err
 	}
 	if reader {
-		raw, err := os.ReadFile(filepath.Join(repoRoot(), "manifests", "base", "metrics-reader.yaml"))
+		raw, err := os.ReadFile(filepath.Join(repoRoot(), "manifests", "common", "metrics-reader.yaml"))
 		if err != nil {
 			return "", err
 		}
@@ -53,7 +53,7 @@ func token(ctx context.Context, c *cluster.Cluster, name string, reader bool) (s
 			return "", err
 		}
 		if err := c.Client.Create(ctx, &role); err != nil && !apierrors.IsAlreadyExists(err) {
-			return "", fmt.Errorf("manifests/base/metrics-reader.yaml: %w", err)
+			return "", fmt.Errorf("manifests/common/metrics-reader.yaml: %w", err)
 		}
 		if err := c.Client.Create(ctx, &rbacv1.ClusterRoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: name},

@@ -52,15 +52,24 @@ func (e *Env) Deploy(ctx context.Context, replicas int32, idle time.Duration) er
 	}}); err != nil {
 		return err
 	}
-	upstreams := "edge/shop"
-	if len(e.NGINXPlus) > 0 {
-		upstreams += ",plus/shop"
-	}
-	if err := k.Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: Namespace, Annotations: map[string]string{"stickydrain.io/upstreams": upstreams}},
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: Namespace, Annotations: map[string]string{}},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
-	}); err != nil {
+	}
+	if e.ingress != nil {
+		// No stickydrain controller: the ingress routes by itself.
+		if err := k.Create(ctx, e.ingressObjects(svc)); err != nil {
+			return err
+		}
+	} else {
+		upstreams := "edge/shop"
+		if len(e.NGINXPlus) > 0 {
+			upstreams += ",plus/shop"
+		}
+		svc.Annotations["stickydrain.io/upstreams"] = upstreams
+	}
+	if err := k.Create(ctx, svc); err != nil {
 		return err
 	}
 	return k.Create(ctx, &appsv1.Deployment{
@@ -118,13 +127,7 @@ func (e *Env) Pods(ctx context.Context) []PodView {
 	if err := e.Cluster.Client.List(ctx, &pods, client.InNamespace(Namespace), client.MatchingLabels{"app": "web"}); err != nil {
 		return nil
 	}
-	lbs := e.haproxies()
-	states := make([]map[netip.AddrPort]plan.State, len(lbs))
-	for i, h := range lbs {
-		if inst, err := haproxy.New(h.Address(), time.Second); err == nil {
-			states[i], _ = inst.Servers(ctx, "shop")
-		}
-	}
+	states := e.views(ctx, false)
 	var out []PodView
 	for _, p := range pods.Items {
 		v := PodView{Name: p.Name, IP: p.Status.PodIP, Terminating: p.DeletionTimestamp != nil, Sessions: -1}
@@ -169,6 +172,11 @@ type Stats struct {
 	// NewOnDraining counts sessions that started on a pod already draining
 	// on every HAProxy instance: there must be none.
 	NewOnDraining int
+	// NewOnTerminating counts sessions that started on a pod already
+	// deleted but not drained yet: what the load balancer's reaction time
+	// lets through. Measured, not a failure (the pod's preStop still waits
+	// for them).
+	NewOnTerminating int
 	// Relogins counts logouts on a draining pod followed by a login; each
 	// must land on another pod (ReloginsOnDraining counts those that did not).
 	Relogins, ReloginsOnDraining int
@@ -328,6 +336,9 @@ func (c *Clients) user(ctx context.Context, id int) {
 				c.stats.OnNewVersion++
 			}
 		}
+		if !onDraining && c.obs.TerminatingBefore(owner, started) {
+			c.stats.NewOnTerminating++
+		}
 		if onDraining {
 			c.stats.NewOnDraining++
 			c.problems = append(c.problems, fmt.Sprintf("user %d: a new session landed on %s, already draining", id, owner))
@@ -469,17 +480,9 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 	// not filled yet, answers its readiness check 503 and gets no user (a
 	// sample during which an instance was killed is left out).
 	began := time.Now()
-	var states []map[netip.AddrPort]plan.State
-	for _, h := range e.haproxies() {
-		if !ready(h.ReadyURL()) {
-			continue
-		}
-		inst, _ := haproxy.New(h.Address(), time.Second)
-		st, err := inst.Servers(ctx, "shop")
-		if err != nil {
-			return
-		}
-		states = append(states, st)
+	states := e.views(ctx, true)
+	if states == nil {
+		return
 	}
 	if len(states) == 0 {
 		return
@@ -618,6 +621,15 @@ func (o *Observer) DrainedBefore(pod string, t time.Time) bool {
 	return r != nil && !r.Drained.IsZero() && r.Drained.Before(t)
 }
 
+// TerminatingBefore reports whether pod was seen terminating (deleted)
+// before t, drained or not.
+func (o *Observer) TerminatingBefore(pod string, t time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r := o.records[pod]
+	return r != nil && r.Seen.Before(t)
+}
+
 // Records returns the drains observed, by deletion time.
 func (o *Observer) Records() []DrainRecord {
 	o.mu.Lock()
@@ -628,6 +640,36 @@ func (o *Observer) Records() []DrainRecord {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Deleted.Before(out[j].Deleted) })
 	return out
+}
+
+// views are the load balancers' views of the app's servers, one map per
+// HAProxy instance (serving: only those that take traffic now, and nil if
+// one of those cannot be read), or the ingress's own. A map is nil when
+// it cannot be read.
+func (e *Env) views(ctx context.Context, serving bool) []map[netip.AddrPort]plan.State {
+	if e.ingress != nil {
+		v, err := e.ingressView(ctx)
+		if err != nil && serving {
+			return nil
+		}
+		return []map[netip.AddrPort]plan.State{v}
+	}
+	var states []map[netip.AddrPort]plan.State
+	for _, h := range e.haproxies() {
+		// Only instances that take traffic count: one that is restarting,
+		// or not filled yet, answers its readiness check 503 and gets no
+		// user.
+		if serving && !ready(h.ReadyURL()) {
+			continue
+		}
+		inst, _ := haproxy.New(h.Address(), time.Second)
+		st, err := inst.Servers(ctx, "shop")
+		if err != nil && serving {
+			return nil
+		}
+		states = append(states, st)
+	}
+	return states
 }
 
 // RolloutDone reports whether every pod runs version and is ready, and
@@ -646,16 +688,20 @@ func (e *Env) RolloutDone(ctx context.Context, version string, replicas int) boo
 }
 
 // Serving reports whether the rollout to version is done (RolloutDone),
-// every pod is active on every HAProxy instance, and every instance is in
-// the front's rotation: what users need before their first request.
+// every pod is active on every HAProxy instance (or on the ingress), and
+// every instance is in the front's rotation: what users need before their
+// first request.
 func (e *Env) Serving(ctx context.Context, version string, replicas int) bool {
 	if !e.RolloutDone(ctx, version, replicas) {
 		return false
 	}
-	n := len(e.haproxies())
-	for i := range n {
-		if !e.InstanceReady(i) {
-			return false
+	n := 1 // the ingress
+	if e.ingress == nil {
+		n = len(e.haproxies())
+		for i := range n {
+			if !e.InstanceReady(i) {
+				return false
+			}
 		}
 	}
 	for _, p := range e.Pods(ctx) {

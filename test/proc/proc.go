@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -37,11 +39,26 @@ type Proc struct {
 // Start runs bin with args, appending its output to the file log. The
 // process gets its own process group and is killed if we die.
 func Start(log, bin string, args ...string) (*Proc, error) {
+	return StartWith(Options{}, log, bin, args...)
+}
+
+// Options are what StartWith may change of a process.
+type Options struct {
+	Dir string   // working directory; default: ours
+	Env []string // added to our environment
+}
+
+// StartWith is Start with options.
+func StartWith(o Options, log, bin string, args ...string) (*Proc, error) {
 	f, err := os.OpenFile(log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", log, err)
 	}
 	cmd := exec.Command(bin, args...)
+	cmd.Dir = o.Dir
+	if len(o.Env) > 0 {
+		cmd.Env = append(os.Environ(), o.Env...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -65,6 +82,13 @@ func (p *Proc) Kill() {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	})
+}
+
+// KillGroup ends the process and every process of its group (the
+// children it started) with SIGKILL, and waits for it.
+func (p *Proc) KillGroup() {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	p.Kill()
 }
 
 // Exited reports whether the process has ended.
@@ -130,4 +154,24 @@ func FreePorts(n int) ([]int, error) {
 		out = append(out, l.Addr().(*net.TCPAddr).Port)
 	}
 	return out, nil
+}
+
+// KillMatching kills with SIGKILL every process whose command line
+// contains s: for processes a child started in their own process group
+// (haproxy-ingress's HAProxy), which KillGroup does not reach.
+func KillMatching(s string) {
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		raw, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		if strings.Contains(strings.ReplaceAll(string(raw), "\x00", " "), s) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }

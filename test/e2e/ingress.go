@@ -1,0 +1,344 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
+	"github.com/stickydrain/stickydrain/controller/plan"
+	"github.com/stickydrain/stickydrain/test/proc"
+	"github.com/stickydrain/stickydrain/test/tcpfront"
+)
+
+// Ingress names an ingress controller that users go through instead of
+// stickydrain's controller and its HAProxy pair: the webhook alone
+// injects the drain, and the ingress keeps cookie-bound requests on
+// terminating pods by itself.
+type Ingress string
+
+// The ingress controllers the tests build from source (test/peers).
+const (
+	HAProxyIngress Ingress = "haproxy-ingress"
+	Traefik        Ingress = "traefik"
+)
+
+// PeersEnv names the built peers, one "<peer> <version> <executable>
+// [<resources>]" per line, as test/peers/build.sh prints them; without it
+// the tests run build.sh themselves.
+const PeersEnv = "STICKYDRAIN_PEERS"
+
+// peer is one built ingress controller.
+type peer struct {
+	kind                    Ingress
+	version, bin, resources string
+}
+
+func findPeer(ctx context.Context, kind Ingress, logf func(string, ...any)) (peer, error) {
+	lines := os.Getenv(PeersEnv)
+	if !strings.Contains(lines, string(kind)+" ") {
+		logf("building %s from source (test/peers/build.sh; minutes on a cold cache) …", kind)
+		out, err := exec.CommandContext(ctx, "bash", filepath.Join(repoRoot(), "test", "peers", "build.sh"), string(kind)).Output()
+		if err != nil {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				return peer{}, fmt.Errorf("test/peers/build.sh %s: %w\n%s", kind, err, ee.Stderr)
+			}
+			return peer{}, fmt.Errorf("test/peers/build.sh %s: %w", kind, err)
+		}
+		lines = string(out)
+	}
+	sc := bufio.NewScanner(strings.NewReader(lines))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 3 && f[0] == string(kind) {
+			p := peer{kind: kind, version: f[1], bin: f[2]}
+			if len(f) > 3 {
+				p.resources = f[3]
+			}
+			return p, nil
+		}
+	}
+	return peer{}, fmt.Errorf("%s names no %s", PeersEnv, kind)
+}
+
+// ingressProxy is a running ingress controller.
+type ingressProxy struct {
+	peer
+	proc     *proc.Proc
+	httpPort int
+	// adminSocket (haproxy-ingress) or apiURL (Traefik) is where its view
+	// of the app's servers is read.
+	adminSocket, apiURL string
+	readyURL            string
+}
+
+// ingressNamespace holds the ingress controllers' ConfigMap.
+const ingressNamespace = "ingress"
+
+// The IngressClass each controller serves.
+var ingressClasses = map[Ingress]string{
+	HAProxyIngress: "haproxy-ingress.github.io/controller",
+	Traefik:        "traefik.io/ingress-controller",
+}
+
+func (e *Env) startIngress(ctx context.Context, kind Ingress) error {
+	p, err := findPeer(ctx, kind, e.log)
+	if err != nil {
+		return err
+	}
+	k := e.Cluster.Client
+	if err := k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ingressNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	kubeconfig, err := e.ingressServiceAccount(ctx, kind)
+	if err != nil {
+		return err
+	}
+	if err := k.Create(ctx, &networkingv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: string(kind)},
+		Spec: networkingv1.IngressClassSpec{Controller: ingressClasses[kind]}}); err != nil {
+		return err
+	}
+	ports, err := proc.FreePorts(6)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(e.Dir, string(kind))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	ip := &ingressProxy{peer: p, httpPort: ports[0]}
+	log := filepath.Join(dir, string(kind)+".log")
+	switch kind {
+	case HAProxyIngress:
+		// Its global configuration: drain support on, its ports free ones
+		// on loopback.
+		if err := k.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "haproxy-ingress", Namespace: ingressNamespace},
+			Data: map[string]string{
+				"drain-support":   "true",
+				"bind-http":       fmt.Sprintf("127.0.0.1:%d", ports[0]),
+				"https-port":      fmt.Sprint(ports[1]),
+				"bind-https":      fmt.Sprintf("127.0.0.1:%d", ports[1]),
+				"stats-port":      fmt.Sprint(ports[2]),
+				"healthz-port":    fmt.Sprint(ports[4]),
+				"prometheus-port": fmt.Sprint(ports[5]),
+				"ssl-redirect":    "false",
+				"syslog-endpoint": "",
+			}}); err != nil {
+			return err
+		}
+		prefix := filepath.Join(dir, "fs")
+		lua := filepath.Join(prefix, "etc", "haproxy", "lua")
+		if err := os.MkdirAll(lua, 0o755); err != nil {
+			return err
+		}
+		// As its Makefile's run target does: the Lua scripts under the prefix.
+		if out, err := exec.Command("sh", "-c", fmt.Sprintf("cp %s/etc/lua/* %s/", p.resources, lua)).CombinedOutput(); err != nil {
+			return fmt.Errorf("copying haproxy-ingress's Lua scripts: %w: %s", err, out)
+		}
+		ip.adminSocket = filepath.Join(prefix, "var", "run", "haproxy", "admin.sock")
+		// HAProxy's own health frontend: up once the first configuration
+		// loaded.
+		ip.readyURL = fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[4])
+		ip.proc, err = proc.StartWith(proc.Options{Dir: filepath.Dir(p.resources)}, log, p.bin,
+			"--kubeconfig="+kubeconfig, "--local-filesystem-prefix="+prefix,
+			"--update-status=false", "--watch-gateway=false",
+			"--configmap="+ingressNamespace+"/haproxy-ingress", "--ingress-class="+string(kind),
+			"--election-id=haproxy-ingress-e2e", "--healthz-addr="+fmt.Sprintf("127.0.0.1:%d", ports[3]),
+			"--wait-before-update=100ms", "--reload-interval=0s")
+	case Traefik:
+		ip.apiURL = fmt.Sprintf("http://127.0.0.1:%d/api", ports[1])
+		ip.readyURL = fmt.Sprintf("http://127.0.0.1:%d/ping", ports[1])
+		ip.proc, err = proc.StartWith(proc.Options{Dir: dir, Env: []string{"KUBECONFIG=" + kubeconfig}}, log, p.bin,
+			"--entrypoints.web.address="+fmt.Sprintf("127.0.0.1:%d", ports[0]),
+			"--entrypoints.traefik.address="+fmt.Sprintf("127.0.0.1:%d", ports[1]),
+			"--api=true", "--api.insecure=true", "--api.dashboard=false", "--ping=true",
+			"--providers.kubernetesingress=true", "--providers.kubernetesingress.ingressclass="+string(kind),
+			"--log.level=INFO")
+	default:
+		return fmt.Errorf("unknown ingress %q", kind)
+	}
+	if err != nil {
+		return err
+	}
+	e.ingress = ip
+	e.cleanup = append(e.cleanup, func() {
+		ip.proc.KillGroup()
+		// haproxy-ingress starts HAProxy in a process group of its own.
+		proc.KillMatching(dir + "/")
+	})
+	if err := proc.WaitHTTP(ctx, ip.readyURL, 60*time.Second); err != nil {
+		return fmt.Errorf("%s %s did not get ready: %w; the end of its log:\n%s", kind, p.version, err, tail(log, 40))
+	}
+	e.Front, err = tcpfront.Start([]tcpfront.Target{{Addr: fmt.Sprintf("127.0.0.1:%d", ip.httpPort), Ready: ip.readyURL}}, 100*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	e.cleanup = append(e.cleanup, e.Front.Close)
+	e.log("%s %s serves on 127.0.0.1:%d", kind, p.version, ip.httpPort)
+	return nil
+}
+
+// ingressServiceAccount applies the ingress controller's RBAC (testdata,
+// what its own install gives it) and returns a kubeconfig for its
+// ServiceAccount.
+func (e *Env) ingressServiceAccount(ctx context.Context, kind Ingress) (string, error) {
+	raw, err := os.ReadFile(filepath.Join(repoRoot(), "test", "e2e", "testdata", "ingress", string(kind)+"-rbac.yaml"))
+	if err != nil {
+		return "", err
+	}
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		var u unstructured.Unstructured
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			return "", err
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if err := e.Cluster.Client.Create(ctx, &u); err != nil {
+			return "", fmt.Errorf("%s RBAC: %s %s: %w", kind, u.GetKind(), u.GetName(), err)
+		}
+	}
+	return e.Cluster.AddUser("system:serviceaccount:"+ingressNamespace+":"+string(kind),
+		"system:serviceaccounts", "system:serviceaccounts:"+ingressNamespace, "system:authenticated")
+}
+
+// ingressObjects are what an app team writes to be served by the ingress
+// with cookie affinity: the Ingress, and the annotations each controller
+// reads (haproxy-ingress on the Ingress, Traefik on the Service).
+func (e *Env) ingressObjects(svc *corev1.Service) *networkingv1.Ingress {
+	kind := e.ingress.kind
+	ing := &networkingv1.Ingress{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: Namespace},
+		Spec: networkingv1.IngressSpec{
+			IngressClassName: ptr.To(string(kind)),
+			Rules: []networkingv1.IngressRule{{IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{
+				Paths: []networkingv1.HTTPIngressPath{{Path: "/", PathType: ptr.To(networkingv1.PathTypePrefix),
+					Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: svc.Name,
+						Port: networkingv1.ServiceBackendPort{Name: "http"}}}}},
+			}}}},
+		},
+	}
+	switch kind {
+	case HAProxyIngress:
+		ing.Annotations = map[string]string{
+			"haproxy-ingress.github.io/affinity":            "cookie",
+			"haproxy-ingress.github.io/session-cookie-name": "SRV",
+		}
+	case Traefik:
+		svc.Annotations["traefik.ingress.kubernetes.io/service.sticky.cookie"] = "true"
+		svc.Annotations["traefik.ingress.kubernetes.io/service.sticky.cookie.name"] = "SRV"
+	}
+	return ing
+}
+
+// ingressView is the ingress's view of the app's servers: active,
+// draining (haproxy-ingress: `drain`, weight 0; Traefik: fenced), or
+// absent.
+func (e *Env) ingressView(ctx context.Context) (map[netip.AddrPort]plan.State, error) {
+	ip := e.ingress
+	switch ip.kind {
+	case HAProxyIngress:
+		inst, err := haproxy.New("unix://"+ip.adminSocket, time.Second)
+		if err != nil {
+			return nil, err
+		}
+		backend, err := backendNamed(ip.adminSocket, Namespace+"_web_")
+		if err != nil {
+			return nil, err
+		}
+		return inst.Servers(ctx, backend)
+	case Traefik:
+		c := http.Client{Timeout: time.Second}
+		resp, err := c.Get(ip.apiURL + "/http/services")
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		var services []struct {
+			Name         string `json:"name"`
+			LoadBalancer *struct {
+				Servers []struct {
+					URL    string `json:"url"`
+					Fenced bool   `json:"fenced"`
+				} `json:"servers"`
+			} `json:"loadBalancer"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&services); err != nil {
+			return nil, fmt.Errorf("traefik API: %w", err)
+		}
+		out := map[netip.AddrPort]plan.State{}
+		for _, s := range services {
+			if !strings.HasPrefix(s.Name, Namespace+"-web-") || s.LoadBalancer == nil {
+				continue
+			}
+			for _, srv := range s.LoadBalancer.Servers {
+				u, err := url.Parse(srv.URL)
+				if err != nil {
+					continue
+				}
+				ap, err := netip.ParseAddrPort(u.Host)
+				if err != nil {
+					continue
+				}
+				out[ap] = plan.Active
+				if srv.Fenced {
+					out[ap] = plan.Draining
+				}
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("no ingress")
+}
+
+// backendNamed is the first backend of the Runtime API at sock whose name
+// starts with prefix (haproxy-ingress names one <namespace>_<service>_<port>).
+func backendNamed(sock, prefix string) (string, error) {
+	c, err := net.DialTimeout("unix", sock, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("show backend\n")); err != nil {
+		return "", err
+	}
+	out, err := io.ReadAll(c)
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, prefix) {
+			return strings.TrimSpace(line), nil
+		}
+	}
+	return "", fmt.Errorf("no backend %s* yet", prefix)
+}
+
+// tail is the last n lines of the file at path.
+func tail(path string, n int) string {
+	raw, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

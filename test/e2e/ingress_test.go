@@ -1,0 +1,132 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+)
+
+// TestIngressKeepsEverySession is the webhook-only install behind the
+// ingress controllers users already run, each built from source: no
+// stickydrain controller, users holding sessions through the ingress's
+// own affinity cookie, and — one after the other on the same Deployment —
+// a rolling update, an eviction (as kubectl drain evicts) and a
+// scale-down. The webhook's preStop holds each old pod until its sessions
+// end; the ingress keeps their cookies on it and sends new users
+// elsewhere.
+func TestIngressKeepsEverySession(t *testing.T) {
+	for _, kind := range []Ingress{HAProxyIngress, Traefik} {
+		t.Run(string(kind), func(t *testing.T) { ingressScenario(t, kind) })
+	}
+}
+
+func ingressScenario(t *testing.T, kind Ingress) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	env, err := Start(ctx, Options{Log: t.Logf, Ingress: kind})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	const replicas, users, idle = 3, 9, 8 * time.Second
+	if err := env.Deploy(ctx, replicas, idle); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "3 ready v1 pods active on the ingress", func() bool { return env.Serving(ctx, "v1", replicas) })
+	obs := env.Observe(ctx, 100*time.Millisecond)
+	clients := env.StartClients(ctx, users, idle, obs)
+	time.Sleep(5 * time.Second)
+
+	// A rolling update.
+	clients.RolloutStarted()
+	if err := env.Rollout(ctx, "v2"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
+	settleIngress(ctx, obs, replicas)
+
+	// An eviction of a pod holding sessions.
+	victim := ""
+	waitUntil(t, ctx, "a v2 pod holding sessions", func() bool {
+		for _, p := range env.Pods(ctx) {
+			if p.Sessions > 0 && !p.Terminating {
+				victim = p.Name
+				return true
+			}
+		}
+		return false
+	})
+	if err := env.Cluster.Clientset.PolicyV1().Evictions(Namespace).Evict(ctx, &policyv1.Eviction{
+		ObjectMeta: metav1.ObjectMeta{Name: victim, Namespace: Namespace}}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "the evicted pod replaced", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
+	settleIngress(ctx, obs, replicas+1)
+
+	// A scale-down by one.
+	var d appsv1.Deployment
+	if err := env.Cluster.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: "web"}, &d); err != nil {
+		t.Fatal(err)
+	}
+	d.Spec.Replicas = ptr.To[int32](replicas - 1)
+	if err := env.Cluster.Client.Update(ctx, &d); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "the scale-down", func() bool { return env.RolloutDone(ctx, "v2", replicas-1) })
+	settleIngress(ctx, obs, replicas+2)
+	clients.StopNewSessions()
+
+	s := clients.Stats()
+	t.Logf("%s %s: clients: %+v", kind, env.ingress.version, s)
+	for _, p := range clients.Problems() {
+		t.Errorf("problem: %s", p)
+	}
+	if s.Misrouted != 0 || s.Errors != 0 || s.SessionsKept != s.Sessions {
+		t.Errorf("sessions: %d ended, %d kept; %d misrouted, %d errors", s.Sessions, s.SessionsKept, s.Misrouted, s.Errors)
+	}
+	if s.NewOnDraining != 0 || s.ReloginsOnDraining != 0 {
+		t.Errorf("%d new sessions and %d re-logins landed on a pod the ingress had fenced", s.NewOnDraining, s.ReloginsOnDraining)
+	}
+	if s.StartedAfterRollout == 0 || s.OnNewVersion == 0 {
+		t.Errorf("no session started on the new version: %+v", s)
+	}
+	drains := obs.Records()
+	if len(drains) != replicas+2 {
+		t.Fatalf("observed %d pods terminate, want %d (3 by the rollout, 1 eviction, 1 scale-down): %+v", len(drains), replicas+2, drains)
+	}
+	for _, d := range drains {
+		if d.Drained.IsZero() || d.ServerDroppedEarly {
+			t.Errorf("%s: fenced on the ingress %v, dropped while the pod existed %v", d.Pod, d.Drained, d.ServerDroppedEarly)
+			continue
+		}
+		if d.RemovedFromLB.IsZero() || d.RemovedFromLB.Before(d.Gone) {
+			t.Errorf("%s: removed from the ingress at %v, pod gone at %v", d.Pod, d.RemovedFromLB, d.Gone)
+		}
+		t.Logf("%s: the ingress fenced it %v after it was seen terminating", d.Pod, d.Drained.Sub(d.Seen))
+		preStopReturnedOnTime(ctx, t, env, clients, d.Pod)
+	}
+}
+
+// settleIngress waits up to 20 s until n terminated pods have left the
+// ingress; the assertions decide.
+func settleIngress(ctx context.Context, obs *Observer, n int) {
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		done := 0
+		for _, r := range obs.Records() {
+			if !r.RemovedFromLB.IsZero() {
+				done++
+			}
+		}
+		if done >= n {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -1,0 +1,46 @@
+//go:build tools
+
+// Package tools pins the packages Traefik's main package (./cmd/traefik)
+// imports, so that go.mod and go.sum hold all it needs.
+package tools
+
+import (
+	_ "github.com/coreos/go-systemd/v22/daemon"
+	_ "github.com/go-acme/lego/v5/challenge"
+	_ "github.com/go-kit/kit/metrics"
+	_ "github.com/hashicorp/go-retryablehttp"
+	_ "github.com/rs/zerolog"
+	_ "github.com/rs/zerolog/log"
+	_ "github.com/sirupsen/logrus"
+	_ "github.com/spiffe/go-spiffe/v2/workloadapi"
+	_ "github.com/traefik/paerser/cli"
+	_ "github.com/traefik/traefik/v3/cmd"
+	_ "github.com/traefik/traefik/v3/cmd/healthcheck"
+	_ "github.com/traefik/traefik/v3/cmd/version"
+	_ "github.com/traefik/traefik/v3/pkg/cli"
+	_ "github.com/traefik/traefik/v3/pkg/collector"
+	_ "github.com/traefik/traefik/v3/pkg/config/dynamic"
+	_ "github.com/traefik/traefik/v3/pkg/config/runtime"
+	_ "github.com/traefik/traefik/v3/pkg/config/static"
+	_ "github.com/traefik/traefik/v3/pkg/middlewares/accesslog"
+	_ "github.com/traefik/traefik/v3/pkg/observability/logs"
+	_ "github.com/traefik/traefik/v3/pkg/observability/metrics"
+	_ "github.com/traefik/traefik/v3/pkg/observability/tracing"
+	_ "github.com/traefik/traefik/v3/pkg/observability/types"
+	_ "github.com/traefik/traefik/v3/pkg/plugins"
+	_ "github.com/traefik/traefik/v3/pkg/provider/acme"
+	_ "github.com/traefik/traefik/v3/pkg/provider/aggregator"
+	_ "github.com/traefik/traefik/v3/pkg/provider/tailscale"
+	_ "github.com/traefik/traefik/v3/pkg/provider/traefik"
+	_ "github.com/traefik/traefik/v3/pkg/proxy"
+	_ "github.com/traefik/traefik/v3/pkg/proxy/httputil"
+	_ "github.com/traefik/traefik/v3/pkg/redactor"
+	_ "github.com/traefik/traefik/v3/pkg/safe"
+	_ "github.com/traefik/traefik/v3/pkg/server"
+	_ "github.com/traefik/traefik/v3/pkg/server/middleware"
+	_ "github.com/traefik/traefik/v3/pkg/server/service"
+	_ "github.com/traefik/traefik/v3/pkg/tcp"
+	_ "github.com/traefik/traefik/v3/pkg/tls"
+	_ "github.com/traefik/traefik/v3/pkg/version"
+	_ "gopkg.in/natefinch/lumberjack.v2"
+)

@@ -72,8 +72,10 @@ type Env struct {
 	bins     *testbin.Builder
 	flavour  haproxytest.Flavour // the HAProxy instances' version and mode
 	ingress  *ingressProxy       // the ingress users go through, if any
-	procs    []*proc.Proc
-	cleanup  []func()
+	// ingressKubeconfig is the ingress controller's ServiceAccount's.
+	ingressKubeconfig string
+	procs             []*proc.Proc
+	cleanup           []func()
 }
 
 // Options configure Start.

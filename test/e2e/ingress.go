@@ -111,29 +111,58 @@ func (e *Env) startIngress(ctx context.Context, kind Ingress) error {
 	if err := k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ingressNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	kubeconfig, err := e.ingressServiceAccount(ctx, kind)
-	if err != nil {
+	if e.ingressKubeconfig, err = e.ingressServiceAccount(ctx, kind); err != nil {
 		return err
 	}
 	if err := k.Create(ctx, &networkingv1.IngressClass{ObjectMeta: metav1.ObjectMeta{Name: string(kind)},
 		Spec: networkingv1.IngressClassSpec{Controller: ingressClasses[kind]}}); err != nil {
 		return err
 	}
-	ports, err := proc.FreePorts(6)
+	ip, err := e.runIngress(ctx, p, 1)
 	if err != nil {
 		return err
 	}
-	dir := filepath.Join(e.Dir, string(kind))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	e.ingress = ip
+	e.Front, err = tcpfront.Start([]tcpfront.Target{{Addr: fmt.Sprintf("127.0.0.1:%d", ip.httpPort), Ready: ip.readyURL}}, 100*time.Millisecond)
+	if err != nil {
 		return err
+	}
+	e.cleanup = append(e.cleanup, e.Front.Close)
+	return nil
+}
+
+// AddIngressReplica starts one more replica of the ingress controller,
+// with its own ports (and, for haproxy-ingress, its own ConfigMap naming
+// them): as a second pod of its Deployment would run. Users do not go
+// through it unless a test sends them there (URL).
+func (e *Env) AddIngressReplica(ctx context.Context) (*ingressProxy, error) {
+	return e.runIngress(ctx, e.ingress.peer, 2)
+}
+
+// URL is the replica's HTTP entry point.
+func (ip *ingressProxy) URL() string { return fmt.Sprintf("http://127.0.0.1:%d", ip.httpPort) }
+
+// runIngress starts replica n of the ingress controller and waits until it
+// serves.
+func (e *Env) runIngress(ctx context.Context, p peer, n int) (*ingressProxy, error) {
+	kind := p.kind
+	ports, err := proc.FreePorts(6)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(e.Dir, fmt.Sprintf("%s-%d", kind, n))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
 	}
 	ip := &ingressProxy{peer: p, httpPort: ports[0]}
 	log := filepath.Join(dir, string(kind)+".log")
 	switch kind {
 	case HAProxyIngress:
 		// Its global configuration: drain support on, its ports free ones
-		// on loopback.
-		if err := k.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "haproxy-ingress", Namespace: ingressNamespace},
+		// on loopback; the dynamic cookie key is its default, the same on
+		// every replica.
+		cm := fmt.Sprintf("haproxy-ingress-%d", n)
+		if err := e.Cluster.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cm, Namespace: ingressNamespace},
 			Data: map[string]string{
 				"drain-support":   "true",
 				"bind-http":       fmt.Sprintf("127.0.0.1:%d", ports[0]),
@@ -145,58 +174,52 @@ func (e *Env) startIngress(ctx context.Context, kind Ingress) error {
 				"ssl-redirect":    "false",
 				"syslog-endpoint": "",
 			}}); err != nil {
-			return err
+			return nil, err
 		}
 		prefix := filepath.Join(dir, "fs")
 		lua := filepath.Join(prefix, "etc", "haproxy", "lua")
 		if err := os.MkdirAll(lua, 0o755); err != nil {
-			return err
+			return nil, err
 		}
 		// As its Makefile's run target does: the Lua scripts under the prefix.
 		if out, err := exec.Command("sh", "-c", fmt.Sprintf("cp %s/etc/lua/* %s/", p.resources, lua)).CombinedOutput(); err != nil {
-			return fmt.Errorf("copying haproxy-ingress's Lua scripts: %w: %s", err, out)
+			return nil, fmt.Errorf("copying haproxy-ingress's Lua scripts: %w: %s", err, out)
 		}
 		ip.adminSocket = filepath.Join(prefix, "var", "run", "haproxy", "admin.sock")
 		// HAProxy's own health frontend: up once the first configuration
 		// loaded.
 		ip.readyURL = fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[4])
 		ip.proc, err = proc.StartWith(proc.Options{Dir: filepath.Dir(p.resources)}, log, p.bin,
-			"--kubeconfig="+kubeconfig, "--local-filesystem-prefix="+prefix,
+			"--kubeconfig="+e.ingressKubeconfig, "--local-filesystem-prefix="+prefix,
 			"--update-status=false", "--watch-gateway=false",
-			"--configmap="+ingressNamespace+"/haproxy-ingress", "--ingress-class="+string(kind),
+			"--configmap="+ingressNamespace+"/"+cm, "--ingress-class="+string(kind),
 			"--election-id=haproxy-ingress-e2e", "--healthz-addr="+fmt.Sprintf("127.0.0.1:%d", ports[3]),
 			"--wait-before-update=100ms", "--reload-interval=0s")
 	case Traefik:
 		ip.apiURL = fmt.Sprintf("http://127.0.0.1:%d/api", ports[1])
 		ip.readyURL = fmt.Sprintf("http://127.0.0.1:%d/ping", ports[1])
-		ip.proc, err = proc.StartWith(proc.Options{Dir: dir, Env: []string{"KUBECONFIG=" + kubeconfig}}, log, p.bin,
+		ip.proc, err = proc.StartWith(proc.Options{Dir: dir, Env: []string{"KUBECONFIG=" + e.ingressKubeconfig}}, log, p.bin,
 			"--entrypoints.web.address="+fmt.Sprintf("127.0.0.1:%d", ports[0]),
 			"--entrypoints.traefik.address="+fmt.Sprintf("127.0.0.1:%d", ports[1]),
 			"--api=true", "--api.insecure=true", "--api.dashboard=false", "--ping=true",
 			"--providers.kubernetesingress=true", "--providers.kubernetesingress.ingressclass="+string(kind),
 			"--log.level=INFO")
 	default:
-		return fmt.Errorf("unknown ingress %q", kind)
+		return nil, fmt.Errorf("unknown ingress %q", kind)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	e.ingress = ip
 	e.cleanup = append(e.cleanup, func() {
 		ip.proc.KillGroup()
 		// haproxy-ingress starts HAProxy in a process group of its own.
 		proc.KillMatching(dir + "/")
 	})
 	if err := proc.WaitHTTP(ctx, ip.readyURL, 60*time.Second); err != nil {
-		return fmt.Errorf("%s %s did not get ready: %w; the end of its log:\n%s", kind, p.version, err, tail(log, 40))
+		return nil, fmt.Errorf("%s %s did not get ready: %w; the end of its log:\n%s", kind, p.version, err, tail(log, 40))
 	}
-	e.Front, err = tcpfront.Start([]tcpfront.Target{{Addr: fmt.Sprintf("127.0.0.1:%d", ip.httpPort), Ready: ip.readyURL}}, 100*time.Millisecond)
-	if err != nil {
-		return err
-	}
-	e.cleanup = append(e.cleanup, e.Front.Close)
-	e.log("%s %s serves on 127.0.0.1:%d", kind, p.version, ip.httpPort)
-	return nil
+	e.log("%s %s replica %d serves on 127.0.0.1:%d", kind, p.version, n, ip.httpPort)
+	return ip, nil
 }
 
 // ingressServiceAccount applies the ingress controller's RBAC (testdata,

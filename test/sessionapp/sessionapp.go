@@ -123,6 +123,12 @@ func (a *App) Handler() http.Handler {
 		}
 		fmt.Fprintln(w, "IDLE")
 	})
+	// A test flips readiness from outside, as an app whose readiness
+	// fails for its own reasons (a dependency down, shutdown begun).
+	mux.HandleFunc("POST /admin/ready", func(w http.ResponseWriter, r *http.Request) {
+		a.SetReady(r.URL.Query().Get("ready") != "false")
+		fmt.Fprintln(w, "ok")
+	})
 	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, r *http.Request) {
 		if a.notReady.Load() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)

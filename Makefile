@@ -19,8 +19,8 @@ help: ## Show this help, grouped.
 	  /^[a-zA-Z0-9_.-]+:.*?##/ { printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 .PHONY: demo
-demo: deps k8s-bins ## Run the rolling-update demo on a local control plane (root; Ctrl-C cleans up).
-	STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" $(GO) run ./test/e2e/cmd/demo
+demo: deps k8s-bins ## Run the rolling-update demo on a local control plane (root; Ctrl-C cleans up); LB=haproxy-ingress or LB=traefik runs it behind that ingress.
+	STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" $(GO) run ./test/e2e/cmd/demo --lb=$(or $(LB),haproxy)
 
 ##@ Development
 

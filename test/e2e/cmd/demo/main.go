@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/stickydrain/stickydrain/internal/cmdline"
 	"github.com/stickydrain/stickydrain/test/e2e"
 )
 
@@ -23,15 +24,36 @@ const (
 	idle     = 10 * time.Second
 )
 
+const synopsis = `demo [--lb haproxy|haproxy-ingress|traefik]
+
+A rolling update of a session-bound app on a local control plane, with
+users holding sessions all along: behind two HAProxy instances that the
+stickydrain controller drains (the default), or behind haproxy-ingress or
+Traefik with the webhook alone (built from source on first use). Needs root.`
+
 func main() {
-	os.Exit(run())
+	fs := cmdline.New("demo")
+	lb := fs.String("lb", "haproxy", "the proxy before the pods: haproxy (two instances and the stickydrain controller), haproxy-ingress or traefik (the webhook alone)")
+	if status, ok := cmdline.Parse(fs, synopsis, os.Args[1:], os.Stdout, os.Stderr); !ok {
+		os.Exit(status)
+	}
+	opts := e2e.Options{Log: say, OwnSignals: true}
+	switch *lb {
+	case "haproxy":
+	case string(e2e.HAProxyIngress), string(e2e.Traefik):
+		opts.Ingress = e2e.Ingress(*lb)
+	default:
+		fmt.Fprintf(os.Stderr, "demo: --lb: %q is not one of haproxy, haproxy-ingress, traefik\n", *lb)
+		os.Exit(cmdline.ExitUsage)
+	}
+	os.Exit(run(opts))
 }
 
 func say(format string, args ...any) {
 	fmt.Printf("%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
 
-func run() int {
+func run(opts e2e.Options) int {
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "demo: needs root (the pod host makes network namespaces and mounts); run it as root")
 		return 2
@@ -41,8 +63,12 @@ func run() int {
 	ctrllog.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	say("stickydrain demo: a rolling update of a session-bound app behind two HAProxy instances")
-	env, err := e2e.Start(ctx, e2e.Options{Log: say, OwnSignals: true})
+	front := "two HAProxy instances"
+	if opts.Ingress != "" {
+		front = string(opts.Ingress) + " (the webhook alone, no stickydrain controller)"
+	}
+	say("stickydrain demo: a rolling update of a session-bound app behind %s", front)
+	env, err := e2e.Start(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		return 1
@@ -52,7 +78,11 @@ func run() int {
 		env.Stop()
 		say("done")
 	}()
-	say("deploying: Namespace %s opted in (stickydrain.io/drain=enabled), Service mapped to edge/shop, %d pods of sessionapp v1", e2e.Namespace, replicas)
+	if opts.Ingress != "" {
+		say("deploying: Namespace %s opted in (stickydrain.io/drain=enabled), an Ingress with %s's cookie affinity, %d pods of sessionapp v1", e2e.Namespace, opts.Ingress, replicas)
+	} else {
+		say("deploying: Namespace %s opted in (stickydrain.io/drain=enabled), Service mapped to edge/shop, %d pods of sessionapp v1", e2e.Namespace, replicas)
+	}
 	if err := env.Deploy(ctx, replicas, idle); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		return 1
@@ -62,7 +92,14 @@ func run() int {
 	}
 	obs := env.Observe(ctx, 100*time.Millisecond)
 	clients := env.StartClients(ctx, users, idle, obs)
-	say("%d users log in through a health-checking balancer in front of both HAProxy instances and browse; sessions idle out after %s", users, idle)
+	say("%d users log in through %s and browse; sessions idle out after %s", users, front, idle)
+	lbColumn := "HAPROXY-1 / HAPROXY-2"
+	if opts.Ingress != "" {
+		lbColumn = strings.ToUpper(string(opts.Ingress)) + "'S VIEW"
+	}
+	view := func(ctx context.Context, env *e2e.Env, c *e2e.Clients, d time.Duration) {
+		show(ctx, env, c, d, lbColumn)
+	}
 	view(ctx, env, clients, 8*time.Second)
 	say("rolling out v2 (maxSurge 1, maxUnavailable 0) …")
 	start := time.Now()
@@ -82,7 +119,7 @@ func run() int {
 	say("rollout complete in %s; letting the users finish their sessions …", took.Round(time.Second))
 	clients.StopNewSessions()
 	view(ctx, env, clients, time.Second)
-	return verdict(clients.Stats(), obs.Records(), clients.Problems(), took)
+	return verdict(clients.Stats(), obs.Records(), clients.Problems(), took, front)
 }
 
 func allActive(pods []e2e.PodView) bool {
@@ -111,14 +148,14 @@ func waitFor(ctx context.Context, env *e2e.Env, cond func() bool, max time.Durat
 	return true
 }
 
-// view prints the live table every second for d.
-func view(ctx context.Context, env *e2e.Env, c *e2e.Clients, d time.Duration) {
+// show prints the live table every second for d.
+func show(ctx context.Context, env *e2e.Env, c *e2e.Clients, d time.Duration, lbColumn string) {
 	end := time.Now().Add(d)
 	for time.Now().Before(end) && ctx.Err() == nil {
 		pods := env.Pods(ctx)
 		s := c.Stats()
 		var b strings.Builder
-		fmt.Fprintf(&b, "\n%s  %-28s %-4s %-12s %-15s %-8s %s\n", time.Now().Format("15:04:05"), "POD", "VER", "STATUS", "IP", "SESSIONS", "HAPROXY-1 / HAPROXY-2")
+		fmt.Fprintf(&b, "\n%s  %-28s %-4s %-12s %-15s %-8s %s\n", time.Now().Format("15:04:05"), "POD", "VER", "STATUS", "IP", "SESSIONS", lbColumn)
 		for _, p := range pods {
 			status := "starting"
 			switch {
@@ -143,7 +180,7 @@ func view(ctx context.Context, env *e2e.Env, c *e2e.Clients, d time.Duration) {
 	}
 }
 
-func verdict(s e2e.Stats, drains []e2e.DrainRecord, problems []string, took time.Duration) int {
+func verdict(s e2e.Stats, drains []e2e.DrainRecord, problems []string, took time.Duration, front string) int {
 	fmt.Println()
 	say("VERDICT")
 	fmt.Printf("  sessions ended:        %d, kept on their pod to the end: %d\n", s.Sessions, s.SessionsKept)
@@ -158,7 +195,7 @@ func verdict(s e2e.Stats, drains []e2e.DrainRecord, problems []string, took time
 		if !d.Gone.IsZero() {
 			gone = d.Gone.Sub(d.Deleted).Round(100 * time.Millisecond).String()
 		}
-		fmt.Printf("  %s: draining on both HAProxy %s after it was first seen terminating (sampled every 100ms); gone %s after its deletion, when its last session ended; server dropped early: %v\n", d.Pod, drained, gone, d.ServerDroppedEarly)
+		fmt.Printf("  %s: draining on %s %s after it was first seen terminating (sampled every 100ms); gone %s after its deletion, when its last session ended; server dropped early: %v\n", d.Pod, front, drained, gone, d.ServerDroppedEarly)
 	}
 	fmt.Printf("  rollout took %s\n", took.Round(time.Second))
 	for _, p := range problems {

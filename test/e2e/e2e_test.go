@@ -55,17 +55,7 @@ func rollingUpdate(t *testing.T, fl haproxytest.Flavour) {
 	clients.StopNewSessions()
 	settle(ctx, obs, false)
 
-	s := clients.Stats()
-	t.Logf("clients: %+v", s)
-	for _, p := range clients.Problems() {
-		t.Errorf("problem: %s", p)
-	}
-	if s.Misrouted != 0 || s.Errors != 0 || s.SessionsKept != s.Sessions {
-		t.Errorf("sessions: %d ended, %d kept; %d misrouted, %d errors", s.Sessions, s.SessionsKept, s.Misrouted, s.Errors)
-	}
-	if s.NewOnDraining != 0 || s.ReloginsOnDraining != 0 {
-		t.Errorf("%d new sessions and %d re-logins landed on a draining pod", s.NewOnDraining, s.ReloginsOnDraining)
-	}
+	s := everySessionKept(t, clients)
 	// A logout on a draining pod is followed by a login that must land
 	// elsewhere; with 9 users over 3 draining pods it happens every run
 	// (a draining pod holds its users until they leave, two in three by
@@ -95,6 +85,25 @@ func rollingUpdate(t *testing.T, fl haproxytest.Flavour) {
 		t.Logf("%s: drained on both HAProxy %v after seen terminating", d.Pod, d.Drained.Sub(d.Seen))
 		preStopReturnedOnTime(ctx, t, env, clients, d.Pod)
 	}
+}
+
+// everySessionKept asserts what the users saw: no problem, no misrouted or
+// failed request, every session kept, no new session or re-login on a
+// draining pod. It returns their counters.
+func everySessionKept(t *testing.T, clients *Clients) Stats {
+	t.Helper()
+	s := clients.Stats()
+	t.Logf("clients: %+v", s)
+	for _, p := range clients.Problems() {
+		t.Errorf("problem: %s", p)
+	}
+	if s.Misrouted != 0 || s.Errors != 0 || s.SessionsKept != s.Sessions {
+		t.Errorf("sessions: %d ended, %d kept; %d misrouted, %d errors", s.Sessions, s.SessionsKept, s.Misrouted, s.Errors)
+	}
+	if s.NewOnDraining != 0 || s.ReloginsOnDraining != 0 {
+		t.Errorf("%d new sessions and %d re-logins landed on a draining pod", s.NewOnDraining, s.ReloginsOnDraining)
+	}
+	return s
 }
 
 // preStopReturnedOnTime asserts that pod's preStop waited while the pod

@@ -329,21 +329,33 @@ func ServiceAccount(ctx context.Context, c *cluster.Cluster, component string) (
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
 	}
-	raw, err := os.ReadFile(filepath.Join(repoRoot(), "manifests", component, "rbac.yaml"))
-	if err != nil {
+	if err := applyFile(ctx, c, filepath.Join(repoRoot(), "manifests", component, "rbac.yaml")); err != nil {
 		return "", err
+	}
+	return c.AddUser("system:serviceaccount:stickydrain-system:stickydrain-"+component,
+		"system:serviceaccounts", "system:serviceaccounts:stickydrain-system", "system:authenticated")
+}
+
+// applyFile creates every object of a multi-document YAML file, naming
+// the file and the object that failed.
+func applyFile(ctx context.Context, c *cluster.Cluster, path string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
 	}
 	for _, doc := range strings.Split(string(raw), "\n---\n") {
 		var u unstructured.Unstructured
 		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
-			return "", err
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if len(u.Object) == 0 {
+			continue
 		}
 		if err := c.Client.Create(ctx, &u); err != nil {
-			return "", fmt.Errorf("manifests/%s/rbac.yaml: %s %s: %w", component, u.GetKind(), u.GetName(), err)
+			return fmt.Errorf("%s: %s %s: %w", path, u.GetKind(), u.GetName(), err)
 		}
 	}
-	return c.AddUser("system:serviceaccount:stickydrain-system:stickydrain-"+component,
-		"system:serviceaccounts", "system:serviceaccounts:stickydrain-system", "system:authenticated")
+	return nil
 }
 
 // ControllerServiceAccount is ServiceAccount for the controller.

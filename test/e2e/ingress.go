@@ -21,9 +21,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/plan"
@@ -226,21 +224,8 @@ func (e *Env) runIngress(ctx context.Context, p peer, n int) (*ingressProxy, err
 // what its own install gives it) and returns a kubeconfig for its
 // ServiceAccount.
 func (e *Env) ingressServiceAccount(ctx context.Context, kind Ingress) (string, error) {
-	raw, err := os.ReadFile(filepath.Join(repoRoot(), "test", "e2e", "testdata", "ingress", string(kind)+"-rbac.yaml"))
-	if err != nil {
+	if err := applyFile(ctx, e.Cluster, filepath.Join(repoRoot(), "test", "e2e", "testdata", "ingress", string(kind)+"-rbac.yaml")); err != nil {
 		return "", err
-	}
-	for _, doc := range strings.Split(string(raw), "\n---\n") {
-		var u unstructured.Unstructured
-		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
-			return "", err
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := e.Cluster.Client.Create(ctx, &u); err != nil {
-			return "", fmt.Errorf("%s RBAC: %s %s: %w", kind, u.GetKind(), u.GetName(), err)
-		}
 	}
 	return e.Cluster.AddUser("system:serviceaccount:"+ingressNamespace+":"+string(kind),
 		"system:serviceaccounts", "system:serviceaccounts:"+ingressNamespace, "system:authenticated")

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestTheDemoKeepsEverySession runs `make demo`'s command as a newcomer
+// would, the built binary with its default --lb: it must end with the
+// verdict that every session was kept, exit 0, and print nothing from
+// the libraries underneath (no stack trace, no "SetLogger").
+func TestTheDemoKeepsEverySession(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a control plane (-short)")
+	}
+	bin := filepath.Join(t.TempDir(), "demo")
+	if out, err := exec.Command("go", "build", "-race", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = os.Environ()
+	out, err := cmd.CombinedOutput()
+	text := string(out)
+	if err != nil {
+		t.Fatalf("the demo failed: %v\n%s", err, text)
+	}
+	for _, want := range []string{"VERDICT", "every session was kept: zero misrouted, zero errors", "done"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the demo's output lacks %q:\n%s", want, text)
+		}
+	}
+	for _, noise := range []string{"goroutine ", "SetLogger", "panic", "WARNING: DATA RACE"} {
+		if strings.Contains(text, noise) {
+			t.Errorf("the demo's output carries %q:\n%s", noise, text)
+		}
+	}
+	t.Logf("the demo's last lines:\n%s", lastLines(text, 12))
+}
+
+func TestTheDemosCommandLine(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "demo")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "--lb", "nginx").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), `--lb: "nginx" is not one of haproxy, haproxy-ingress, traefik`) {
+		t.Errorf("--lb nginx: %v\n%s", err, out)
+	}
+	out, err = exec.Command(bin, "--help").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--lb string") {
+		t.Errorf("--help: %v\n%s", err, out)
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

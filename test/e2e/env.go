@@ -71,7 +71,13 @@ type Env struct {
 	lbMu     sync.Mutex   // guards HAProxy, which scaling changes while others read it
 	bins     *testbin.Builder
 	flavour  haproxytest.Flavour // the HAProxy instances' version and mode
-	ingress  *ingressProxy       // the ingress users go through, if any
+	// ingresses are the running replicas of the ingress users go through
+	// (Options.Ingress), guarded by lbMu; the first is the one whose view
+	// the observer reads. ingressKind is set for the whole run.
+	ingresses   []*ingressProxy
+	ingressKind Ingress
+	ingressPeer peer
+	ingressN    int // replicas started so far, for their names
 	// ingressKubeconfig is the ingress controller's ServiceAccount's.
 	ingressKubeconfig string
 	procs             []*proc.Proc

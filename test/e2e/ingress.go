@@ -84,6 +84,7 @@ func findPeer(ctx context.Context, kind Ingress, logf func(string, ...any)) (pee
 type ingressProxy struct {
 	peer
 	proc     *proc.Proc
+	dir      string // its files; every process it started names it
 	httpPort int
 	// adminSocket (haproxy-ingress) or apiURL (Traefik) is where its view
 	// of the app's servers is read.
@@ -116,12 +117,15 @@ func (e *Env) startIngress(ctx context.Context, kind Ingress) error {
 		Spec: networkingv1.IngressClassSpec{Controller: ingressClasses[kind]}}); err != nil {
 		return err
 	}
-	ip, err := e.runIngress(ctx, p, 1)
+	e.ingressKind, e.ingressPeer = kind, p
+	ip, err := e.runIngress(ctx)
 	if err != nil {
 		return err
 	}
-	e.ingress = ip
-	e.Front, err = tcpfront.Start([]tcpfront.Target{{Addr: fmt.Sprintf("127.0.0.1:%d", ip.httpPort), Ready: ip.readyURL}}, 100*time.Millisecond)
+	e.lbMu.Lock()
+	e.ingresses = []*ingressProxy{ip}
+	e.lbMu.Unlock()
+	e.Front, err = tcpfront.Start(e.ingressTargets(), 100*time.Millisecond)
 	if err != nil {
 		return err
 	}
@@ -129,21 +133,124 @@ func (e *Env) startIngress(ctx context.Context, kind Ingress) error {
 	return nil
 }
 
+// ingress is the replica whose view the observer reads: the first running.
+func (e *Env) ingress() *ingressProxy {
+	e.lbMu.Lock()
+	defer e.lbMu.Unlock()
+	if len(e.ingresses) == 0 {
+		return nil
+	}
+	return e.ingresses[0]
+}
+
+func (e *Env) ingressTargets() []tcpfront.Target {
+	e.lbMu.Lock()
+	defer e.lbMu.Unlock()
+	var ts []tcpfront.Target
+	for _, ip := range e.ingresses {
+		ts = append(ts, tcpfront.Target{Addr: fmt.Sprintf("127.0.0.1:%d", ip.httpPort), Ready: ip.readyURL})
+	}
+	return ts
+}
+
 // AddIngressReplica starts one more replica of the ingress controller,
 // with its own ports (and, for haproxy-ingress, its own ConfigMap naming
-// them): as a second pod of its Deployment would run. Users do not go
-// through it unless a test sends them there (URL).
+// them), as a second pod of its Deployment would run. Users do not go
+// through it unless a test sends them there (URL) or ScaleIngress does.
 func (e *Env) AddIngressReplica(ctx context.Context) (*ingressProxy, error) {
-	return e.runIngress(ctx, e.ingress.peer, 2)
+	return e.runIngress(ctx)
+}
+
+// ScaleIngress puts a second replica beside the first, and the front
+// balances new connections over both (each user's requests may reach
+// either: the cookie must hold across replicas).
+func (e *Env) ScaleIngress(ctx context.Context) error {
+	ip, err := e.runIngress(ctx)
+	if err != nil {
+		return err
+	}
+	if err := e.waitRouted(ctx, ip); err != nil {
+		return err
+	}
+	e.lbMu.Lock()
+	e.ingresses = append(e.ingresses, ip)
+	e.lbMu.Unlock()
+	e.Front.SetTargets(e.ingressTargets())
+	return nil
+}
+
+// CrashIngress kills the first replica with SIGKILL (its HAProxy too), as
+// a crash or an OOM kill of its pod, and starts a new one in its place (a
+// new pod, new ports); the front takes it once it is ready. Requests in
+// flight through the killed one count as in flight at a kill.
+func (e *Env) CrashIngress(ctx context.Context) error {
+	e.lbMu.Lock()
+	dead := e.ingresses[0]
+	e.ingresses = append([]*ingressProxy(nil), e.ingresses[1:]...)
+	e.lbMu.Unlock()
+	done := e.noteKill()
+	dead.kill()
+	e.Front.MarkDown(fmt.Sprintf("127.0.0.1:%d", dead.httpPort))
+	done()
+	e.Front.SetTargets(e.ingressTargets())
+	ip, err := e.runIngress(ctx)
+	if err != nil {
+		return err
+	}
+	if err := e.waitRouted(ctx, ip); err != nil {
+		return err
+	}
+	e.lbMu.Lock()
+	e.ingresses = append(e.ingresses, ip)
+	e.lbMu.Unlock()
+	e.Front.SetTargets(e.ingressTargets())
+	return nil
+}
+
+// waitRouted waits until the replica routes the app (a request answered
+// by a pod, not the proxy's 404 or 503) before it joins the front.
+// Traefik's /ping answers some 0.1 s before its routes are loaded (a
+// readiness probe on it alone lets a new replica 404 for that long);
+// haproxy-ingress's health frontend answers once its configuration, routes
+// included, is loaded. The gap is logged.
+func (e *Env) waitRouted(ctx context.Context, ip *ingressProxy) error {
+	start := time.Now()
+	c := http.Client{Timeout: time.Second}
+	for {
+		if resp, err := c.Get(ip.URL() + "/app/cart"); err == nil {
+			pod := resp.Header.Get("X-Pod")
+			resp.Body.Close()
+			if pod != "" {
+				e.log("%s replica on :%d routes the app %v after its readiness endpoint answered", ip.kind, ip.httpPort, time.Since(start).Round(time.Millisecond))
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s replica on :%d never routed the app: %w", ip.kind, ip.httpPort, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// kill ends the replica and, for haproxy-ingress, the HAProxy it started
+// in a process group of its own.
+func (ip *ingressProxy) kill() {
+	ip.proc.KillGroup()
+	proc.KillMatching(ip.dir + "/")
 }
 
 // URL is the replica's HTTP entry point.
 func (ip *ingressProxy) URL() string { return fmt.Sprintf("http://127.0.0.1:%d", ip.httpPort) }
 
-// runIngress starts replica n of the ingress controller and waits until it
-// serves.
-func (e *Env) runIngress(ctx context.Context, p peer, n int) (*ingressProxy, error) {
-	kind := p.kind
+// runIngress starts the next replica of the ingress controller and waits
+// until it serves.
+func (e *Env) runIngress(ctx context.Context) (*ingressProxy, error) {
+	p, kind := e.ingressPeer, e.ingressKind
+	e.lbMu.Lock()
+	e.ingressN++
+	n := e.ingressN
+	e.lbMu.Unlock()
 	ports, err := proc.FreePorts(6)
 	if err != nil {
 		return nil, err
@@ -152,7 +259,7 @@ func (e *Env) runIngress(ctx context.Context, p peer, n int) (*ingressProxy, err
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	ip := &ingressProxy{peer: p, httpPort: ports[0]}
+	ip := &ingressProxy{peer: p, httpPort: ports[0], dir: dir}
 	log := filepath.Join(dir, string(kind)+".log")
 	switch kind {
 	case HAProxyIngress:
@@ -208,11 +315,7 @@ func (e *Env) runIngress(ctx context.Context, p peer, n int) (*ingressProxy, err
 	if err != nil {
 		return nil, err
 	}
-	e.cleanup = append(e.cleanup, func() {
-		ip.proc.KillGroup()
-		// haproxy-ingress starts HAProxy in a process group of its own.
-		proc.KillMatching(dir + "/")
-	})
+	e.cleanup = append(e.cleanup, ip.kill)
 	if err := proc.WaitHTTP(ctx, ip.readyURL, 60*time.Second); err != nil {
 		return nil, fmt.Errorf("%s %s did not get ready: %w; the end of its log:\n%s", kind, p.version, err, tail(log, 40))
 	}
@@ -235,7 +338,7 @@ func (e *Env) ingressServiceAccount(ctx context.Context, kind Ingress) (string, 
 // with cookie affinity: the Ingress, and the annotations each controller
 // reads (haproxy-ingress on the Ingress, Traefik on the Service).
 func (e *Env) ingressObjects(svc *corev1.Service) *networkingv1.Ingress {
-	kind := e.ingress.kind
+	kind := e.ingressKind
 	ing := &networkingv1.Ingress{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: Namespace},
 		Spec: networkingv1.IngressSpec{
@@ -264,7 +367,10 @@ func (e *Env) ingressObjects(svc *corev1.Service) *networkingv1.Ingress {
 // draining (haproxy-ingress: `drain`, weight 0; Traefik: fenced), or
 // absent.
 func (e *Env) ingressView(ctx context.Context) (map[netip.AddrPort]plan.State, error) {
-	ip := e.ingress
+	ip := e.ingress()
+	if ip == nil {
+		return nil, errors.New("no ingress replica runs")
+	}
 	switch ip.kind {
 	case HAProxyIngress:
 		inst, err := haproxy.New("unix://"+ip.adminSocket, time.Second)

@@ -14,12 +14,14 @@ import (
 
 // TestIngressKeepsEverySession is the webhook-only install behind the
 // ingress controllers users already run, each built from source: no
-// stickydrain controller, users holding sessions through the ingress's
-// own affinity cookie, and — one after the other on the same Deployment —
-// a rolling update, an eviction (as kubectl drain evicts) and a
-// scale-down. The webhook's preStop holds each old pod until its sessions
-// end; the ingress keeps their cookies on it and sends new users
-// elsewhere.
+// stickydrain controller, two replicas of the ingress behind the front,
+// users holding sessions through the ingress's own affinity cookie, and —
+// one after the other on the same Deployment — a rolling update during
+// which one ingress replica is killed (SIGKILL, its pod crashing) once an
+// old pod drains and a new replica takes its place, an eviction (as
+// kubectl drain evicts) and a scale-down. The webhook's preStop holds each
+// old pod until its sessions end; the ingress keeps their cookies on it,
+// on every replica, and sends new users elsewhere.
 func TestIngressKeepsEverySession(t *testing.T) {
 	for _, kind := range []Ingress{HAProxyIngress, Traefik} {
 		t.Run(string(kind), func(t *testing.T) { ingressScenario(t, kind) })
@@ -39,15 +41,31 @@ func ingressScenario(t *testing.T, kind Ingress) {
 		t.Fatal(err)
 	}
 	waitUntil(t, ctx, "3 ready v1 pods active on the ingress", func() bool { return env.Serving(ctx, "v1", replicas) })
+	if err := env.ScaleIngress(ctx); err != nil {
+		t.Fatal(err)
+	}
 	obs := env.Observe(ctx, 100*time.Millisecond)
 	clients := env.StartClients(ctx, users, idle, obs)
 	time.Sleep(5 * time.Second)
 
-	// A rolling update.
+	// A rolling update, and an ingress replica crashing during a drain.
 	clients.RolloutStarted()
 	if err := env.Rollout(ctx, "v2"); err != nil {
 		t.Fatal(err)
 	}
+	waitUntil(t, ctx, "an old pod draining on the ingress", func() bool {
+		for _, r := range obs.Records() {
+			if !r.Drained.IsZero() {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("%s killing an ingress replica", time.Now().Format("15:04:05.000"))
+	if err := env.CrashIngress(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s its replacement routes", time.Now().Format("15:04:05.000"))
 	waitUntil(t, ctx, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
 	settleIngress(ctx, obs, replicas)
 
@@ -62,6 +80,7 @@ func ingressScenario(t *testing.T, kind Ingress) {
 		}
 		return false
 	})
+	t.Logf("%s evicting %s", time.Now().Format("15:04:05.000"), victim)
 	if err := env.Cluster.Clientset.PolicyV1().Evictions(Namespace).Evict(ctx, &policyv1.Eviction{
 		ObjectMeta: metav1.ObjectMeta{Name: victim, Namespace: Namespace}}); err != nil {
 		t.Fatal(err)
@@ -74,6 +93,7 @@ func ingressScenario(t *testing.T, kind Ingress) {
 	if err := env.Cluster.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: "web"}, &d); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("%s scaling down", time.Now().Format("15:04:05.000"))
 	d.Spec.Replicas = ptr.To[int32](replicas - 1)
 	if err := env.Cluster.Client.Update(ctx, &d); err != nil {
 		t.Fatal(err)
@@ -82,7 +102,7 @@ func ingressScenario(t *testing.T, kind Ingress) {
 	settleIngress(ctx, obs, replicas+2)
 	clients.StopNewSessions()
 
-	t.Logf("%s %s", kind, env.ingress.version)
+	t.Logf("%s %s", kind, env.ingressPeer.version)
 	s := everySessionKept(t, clients) // draining: fenced by the ingress
 	if s.StartedAfterRollout == 0 || s.OnNewVersion == 0 {
 		t.Errorf("no session started on the new version: %+v", s)

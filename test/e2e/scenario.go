@@ -57,7 +57,7 @@ func (e *Env) Deploy(ctx context.Context, replicas int32, idle time.Duration) er
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
 	}
-	if e.ingress != nil {
+	if e.ingressKind != "" {
 		// No stickydrain controller: the ingress routes by itself.
 		if err := k.Create(ctx, e.ingressObjects(svc)); err != nil {
 			return err
@@ -294,7 +294,7 @@ func (c *Clients) problem(format string, args ...any) {
 	c.mu.Lock()
 	c.probAt = append(c.probAt, time.Now())
 	if len(c.problems) < 50 {
-		c.problems = append(c.problems, fmt.Sprintf(format, args...))
+		c.problems = append(c.problems, time.Now().Format("15:04:05.000 ")+fmt.Sprintf(format, args...))
 	}
 	c.mu.Unlock()
 }
@@ -647,7 +647,7 @@ func (o *Observer) Records() []DrainRecord {
 // one of those cannot be read), or the ingress's own. A map is nil when
 // it cannot be read.
 func (e *Env) views(ctx context.Context, serving bool) []map[netip.AddrPort]plan.State {
-	if e.ingress != nil {
+	if e.ingressKind != "" {
 		v, err := e.ingressView(ctx)
 		if err != nil && serving {
 			return nil
@@ -696,7 +696,7 @@ func (e *Env) Serving(ctx context.Context, version string, replicas int) bool {
 		return false
 	}
 	n := 1 // the ingress
-	if e.ingress == nil {
+	if e.ingressKind == "" {
 		n = len(e.haproxies())
 		for i := range n {
 			if !e.InstanceReady(i) {

@@ -156,12 +156,13 @@ func (h *Instance) run(ctx context.Context, cmds []string) ([]string, error) {
 }
 
 type slot struct {
-	id    int
-	name  string
-	addr  netip.AddrPort
-	free  bool
-	admin AdminState
-	state plan.State
+	backend string
+	id      int
+	name    string
+	addr    netip.AddrPort
+	free    bool
+	admin   AdminState
+	state   plan.State
 }
 
 // slots reads the backend's servers with `show servers state`: in slot
@@ -210,7 +211,7 @@ func parseServersState(answer string, dynamic bool) ([]slot, error) {
 		if err != nil {
 			return nil, fmt.Errorf("server %s: srv_admin_state %q is not a number", f[3], f[6])
 		}
-		s := slot{id: id, name: f[3], admin: AdminState(admin)}
+		s := slot{backend: f[1], id: id, name: f[3], admin: AdminState(admin)}
 		ip, err1 := netip.ParseAddr(f[4])
 		port, err2 := strconv.ParseUint(f[18], 10, 16)
 		if err1 != nil || err2 != nil || f[4] == freeAddr || port == 0 {

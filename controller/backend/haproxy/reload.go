@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -163,7 +161,7 @@ func (h *Instance) ReplayDynamic(ctx context.Context, state string) error {
 		}
 		steps = append(steps,
 			step{cmd: fmt.Sprintf("add server %s %s cookie %s", srv, s.addr, dynamicCookie(s.addr)), ok: added},
-			step{cmd: fmt.Sprintf("set server %s state %s", srv, stateWord(s.admin.State())), ok: empty})
+			step{cmd: fmt.Sprintf("set server %s state %s", srv, stateWord(s.state)), ok: empty})
 	}
 	if len(steps) == 0 {
 		return nil
@@ -188,28 +186,15 @@ func (h *Instance) ReplayDynamic(ctx context.Context, state string) error {
 	return nil
 }
 
-type savedServer struct {
-	backend, name string
-	addr          netip.AddrPort
-	admin         AdminState
-}
-
-// dynamicServers are the servers named sd_… with an address in a `show
-// servers state` answer of every backend.
-func dynamicServers(state string) []savedServer {
-	var out []savedServer
-	for _, line := range strings.Split(state, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 19 || strings.HasPrefix(f[0], "#") || !strings.HasPrefix(f[3], dynamicPrefix) {
-			continue
+// dynamicServers are the servers named sd_… that hold an address in a
+// `show servers state` answer of every backend.
+func dynamicServers(state string) []slot {
+	all, _ := parseServersState(state, true)
+	var out []slot
+	for _, s := range all {
+		if !s.free {
+			out = append(out, s)
 		}
-		ip, err1 := netip.ParseAddr(f[4])
-		port, err2 := strconv.ParseUint(f[18], 10, 16)
-		admin, err3 := strconv.ParseUint(f[6], 10, 32)
-		if err1 != nil || err2 != nil || err3 != nil || port == 0 {
-			continue
-		}
-		out = append(out, savedServer{backend: f[1], name: f[3], addr: netip.AddrPortFrom(ip.Unmap(), uint16(port)), admin: AdminState(admin)})
 	}
 	return out
 }

@@ -164,7 +164,11 @@ func (e *Env) AddIngressReplica(ctx context.Context) (*ingressProxy, error) {
 // ScaleIngress puts a second replica beside the first, and the front
 // balances new connections over both (each user's requests may reach
 // either: the cookie must hold across replicas).
-func (e *Env) ScaleIngress(ctx context.Context) error {
+func (e *Env) ScaleIngress(ctx context.Context) error { return e.joinIngress(ctx) }
+
+// joinIngress starts a replica and adds it to the front once it routes
+// the app.
+func (e *Env) joinIngress(ctx context.Context) error {
 	ip, err := e.runIngress(ctx)
 	if err != nil {
 		return err
@@ -193,18 +197,7 @@ func (e *Env) CrashIngress(ctx context.Context) error {
 	e.Front.MarkDown(fmt.Sprintf("127.0.0.1:%d", dead.httpPort))
 	done()
 	e.Front.SetTargets(e.ingressTargets())
-	ip, err := e.runIngress(ctx)
-	if err != nil {
-		return err
-	}
-	if err := e.waitRouted(ctx, ip); err != nil {
-		return err
-	}
-	e.lbMu.Lock()
-	e.ingresses = append(e.ingresses, ip)
-	e.lbMu.Unlock()
-	e.Front.SetTargets(e.ingressTargets())
-	return nil
+	return e.joinIngress(ctx)
 }
 
 // waitRouted waits until the replica routes the app (a request answered

@@ -121,13 +121,33 @@ func assertDrains(t *testing.T, obs *Observer) {
 // is draining.
 func startRollout(t *testing.T, ctx context.Context, env *Env) (*Clients, *Observer) {
 	t.Helper()
-	const replicas, users, idle = 3, 9, 8 * time.Second
-	if err := env.Deploy(ctx, replicas, idle); err != nil {
+	deployServing(t, ctx, env)
+	return usersAndRollout(t, ctx, env)
+}
+
+// The app of the rollout scenarios: its replicas, users and idle timeout.
+const (
+	scenarioReplicas = 3
+	scenarioUsers    = 9
+	scenarioIdle     = 8 * time.Second
+)
+
+// deployServing deploys v1 and waits until every pod is active on every
+// load balancer (Serving).
+func deployServing(t *testing.T, ctx context.Context, env *Env) {
+	t.Helper()
+	if err := env.Deploy(ctx, scenarioReplicas, scenarioIdle); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "3 ready v1 pods active on every HAProxy, all in rotation", func() bool { return env.Serving(ctx, "v1", replicas) })
+	waitUntil(t, ctx, "3 ready v1 pods active on every load balancer, all in rotation", func() bool { return env.Serving(ctx, "v1", scenarioReplicas) })
+}
+
+// usersAndRollout starts the users, then after 5 s the rollout to v2,
+// and waits until an old pod is draining.
+func usersAndRollout(t *testing.T, ctx context.Context, env *Env) (*Clients, *Observer) {
+	t.Helper()
 	obs := env.Observe(ctx, 100*time.Millisecond)
-	clients := env.StartClients(ctx, users, idle, obs)
+	clients := env.StartClients(ctx, scenarioUsers, scenarioIdle, obs)
 	time.Sleep(5 * time.Second)
 	clients.RolloutStarted()
 	if err := env.Rollout(ctx, "v2"); err != nil {

@@ -59,13 +59,7 @@ func TestIngressFindings(t *testing.T) {
 }
 
 func findIngressFacts(t *testing.T, kind Ingress) ingressFindings {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	env, err := Start(ctx, Options{Log: t.Logf, Ingress: kind})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Stop()
+	ctx, env := startEnv(t, Options{Ingress: kind})
 	// Sessions outlive the test's steps.
 	if err := env.Deploy(ctx, 3, 5*time.Minute); err != nil {
 		t.Fatal(err)

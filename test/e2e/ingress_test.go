@@ -29,38 +29,14 @@ func TestIngressKeepsEverySession(t *testing.T) {
 }
 
 func ingressScenario(t *testing.T, kind Ingress) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	env, err := Start(ctx, Options{Log: t.Logf, Ingress: kind})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Stop()
-	const replicas, users, idle = 3, 9, 8 * time.Second
-	if err := env.Deploy(ctx, replicas, idle); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, ctx, "3 ready v1 pods active on the ingress", func() bool { return env.Serving(ctx, "v1", replicas) })
+	ctx, env := startEnv(t, Options{Ingress: kind})
+	const replicas = scenarioReplicas
+	deployServing(t, ctx, env)
 	if err := env.ScaleIngress(ctx); err != nil {
 		t.Fatal(err)
 	}
-	obs := env.Observe(ctx, 100*time.Millisecond)
-	clients := env.StartClients(ctx, users, idle, obs)
-	time.Sleep(5 * time.Second)
-
 	// A rolling update, and an ingress replica crashing during a drain.
-	clients.RolloutStarted()
-	if err := env.Rollout(ctx, "v2"); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, ctx, "an old pod draining on the ingress", func() bool {
-		for _, r := range obs.Records() {
-			if !r.Drained.IsZero() {
-				return true
-			}
-		}
-		return false
-	})
+	clients, obs := usersAndRollout(t, ctx, env)
 	t.Logf("%s killing an ingress replica", time.Now().Format("15:04:05.000"))
 	if err := env.CrashIngress(ctx); err != nil {
 		t.Fatal(err)

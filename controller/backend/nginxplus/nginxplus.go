@@ -2,7 +2,9 @@
 // github.com/nginx/nginx-plus-go-client, server by server: POST to add,
 // PATCH drain=true to drain, PATCH down to take down, DELETE to remove,
 // each by the ID found from ip:port. It never calls UpdateHTTPServers,
-// which rewrites the whole list and deletes what it was not given.
+// which rewrites the whole list and deletes what it was not given, and a
+// PATCH never carries the address: an ID read before a reload may name
+// another server after it, and the PATCH's answer tells which.
 //
 // The client cannot send drain=false (the field is omitempty), so a server
 // leaves drain by being deleted and added again. Stream upstreams have no
@@ -19,8 +21,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -46,7 +50,9 @@ type Instance struct {
 	pinned int
 	mu     sync.Mutex
 	c      *client.NginxClient
-	stream map[string]bool // upstream → is a stream upstream
+	// version is the API version negotiated with c; patch speaks it too.
+	version int
+	stream  map[string]bool // upstream → is a stream upstream
 	// ids are the server IDs the last Servers read, so that a drain in the
 	// same pass is one PATCH, not a list and a PATCH.
 	ids     map[string]map[string]int // upstream → server → ID
@@ -195,7 +201,7 @@ func (n *Instance) client(ctx context.Context) (*client.NginxClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nginx-plus %s: %w", n.id, err)
 	}
-	n.c = c
+	n.c, n.version = c, v
 	return c, nil
 }
 
@@ -204,7 +210,66 @@ func errCode(err error) string {
 	if errors.As(err, &se) {
 		return se.Code()
 	}
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae.Code
+	}
 	return ""
+}
+
+// apiError is an NGINX Plus API error answer.
+type apiError struct {
+	Status int
+	Code   string
+	Text   string
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("status %d, %s: %s", e.Status, e.Code, e.Text)
+}
+
+// patch sets fields of the server with id in an http or stream upstream,
+// never its address, and returns the address the answer names. The
+// client's Update…Server always sends "server", and a PATCH carrying it
+// moves the server with that ID to the address: if a reload renumbered
+// the servers (NGINX Plus reads its state file again from ID 0) between
+// the read of the ID and the PATCH, another server would be moved onto
+// this one's address, and its own sessions lost.
+func (n *Instance) patch(ctx context.Context, kind, upstream string, id int, fields map[string]bool) (string, error) {
+	n.mu.Lock()
+	v := n.version
+	n.mu.Unlock()
+	body, err := json.Marshal(fields)
+	if err != nil {
+		return "", err
+	}
+	u := fmt.Sprintf("%s/%d/%s/upstreams/%s/servers/%d", n.id, v, kind, url.PathEscape(upstream), id)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPatch, u, bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := n.http.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var answer struct {
+		Server string `json:"server"`
+		Error  struct {
+			Status int    `json:"status"`
+			Text   string `json:"text"`
+			Code   string `json:"code"`
+		} `json:"error"`
+	}
+	derr := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&answer)
+	if resp.StatusCode != http.StatusOK {
+		return "", &apiError{Status: resp.StatusCode, Code: answer.Error.Code, Text: answer.Error.Text}
+	}
+	if derr != nil {
+		return "", fmt.Errorf("PATCH %s: reading the answer: %w", u, derr)
+	}
+	return answer.Server, nil
 }
 
 // checkDue reports whether /nginx is due for a read, and marks it read.
@@ -350,6 +415,27 @@ func (n *Instance) Apply(ctx context.Context, upstream string, changes []plan.Ch
 	return errs
 }
 
+// forget drops the IDs read for upstream.
+func (n *Instance) forget(upstream string) {
+	n.mu.Lock()
+	delete(n.ids, upstream)
+	n.mu.Unlock()
+}
+
+// describe writes fields as drain=true down=false, in a fixed order.
+func describe(fields map[string]bool) string {
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%v", k, fields[k])
+	}
+	return strings.Join(parts, " ")
+}
+
 func (n *Instance) httpID(ctx context.Context, c *client.NginxClient, upstream, server string) (int, error) {
 	servers, err := c.GetHTTPServers(ctx, upstream)
 	if err != nil {
@@ -365,15 +451,21 @@ func (n *Instance) httpID(ctx context.Context, c *client.NginxClient, upstream, 
 
 func (n *Instance) applyHTTP(ctx context.Context, c *client.NginxClient, upstream string, ch plan.Change) error {
 	server := ch.Addr.String()
-	patch := func(s client.UpstreamServer) error {
+	set := func(fields map[string]bool) error {
 		n.mu.Lock()
-		id, cached := n.ids[upstream][server]
+		old, cached := n.ids[upstream][server]
 		n.mu.Unlock()
-		s.Server = server
+		reused := ""
 		if cached {
-			s.ID = id
-			if err := c.UpdateHTTPServer(ctx, upstream, s); err == nil {
+			got, err := n.patch(ctx, "http", upstream, old, fields)
+			switch {
+			case err == nil && got == server:
 				return nil
+			case err == nil:
+				reused = got // a reload renumbered the servers
+				n.forget(upstream)
+			case errCode(err) != "UpstreamServerNotFound":
+				return err
 			}
 			// The ID went stale (a reload, another writer): look it up.
 		}
@@ -381,8 +473,17 @@ func (n *Instance) applyHTTP(ctx context.Context, c *client.NginxClient, upstrea
 		if err != nil {
 			return err
 		}
-		s.ID = id
-		return c.UpdateHTTPServer(ctx, upstream, s)
+		got, err := n.patch(ctx, "http", upstream, id, fields)
+		switch {
+		case err != nil:
+			return err
+		case got != server:
+			n.forget(upstream)
+			return fmt.Errorf("server ID %d, just read as %s's, names %s: the upstream changed under this pass; %s was set %s by mistake and the next pass puts it back", id, server, got, got, describe(fields))
+		case reused != "":
+			return fmt.Errorf("server ID %d, read as %s's, named %s after a reload renumbered the servers: %s was set %s by mistake (the next pass puts it back), then %s was set", old, server, reused, reused, describe(fields), server)
+		}
+		return nil
 	}
 	switch ch.Op {
 	case plan.OpAdd:
@@ -390,15 +491,15 @@ func (n *Instance) applyHTTP(ctx context.Context, c *client.NginxClient, upstrea
 			return err
 		}
 		if ch.State == plan.Draining {
-			return patch(client.UpstreamServer{Drain: true})
+			return set(map[string]bool{"drain": true})
 		}
 		return nil
 	case plan.OpSet:
 		switch {
 		case ch.State == plan.Draining:
-			return patch(client.UpstreamServer{Drain: true, Down: ptr.To(false)})
+			return set(map[string]bool{"drain": true, "down": false})
 		case ch.State == plan.Down:
-			return patch(client.UpstreamServer{Down: ptr.To(true)})
+			return set(map[string]bool{"down": true})
 		case ch.From == plan.Draining:
 			// drain=false cannot be sent: delete and add again.
 			if err := c.DeleteHTTPServer(ctx, upstream, server); err != nil {
@@ -406,7 +507,7 @@ func (n *Instance) applyHTTP(ctx context.Context, c *client.NginxClient, upstrea
 			}
 			return c.AddHTTPServer(ctx, upstream, client.UpstreamServer{Server: server})
 		default:
-			return patch(client.UpstreamServer{Down: ptr.To(false)})
+			return set(map[string]bool{"down": false})
 		}
 	case plan.OpRemove:
 		err := c.DeleteHTTPServer(ctx, upstream, server)
@@ -431,7 +532,11 @@ func (n *Instance) applyStream(ctx context.Context, c *client.NginxClient, upstr
 		}
 		for _, s := range servers {
 			if s.Server == server {
-				return c.UpdateStreamServer(ctx, upstream, client.StreamUpstreamServer{ID: s.ID, Server: server, Down: ptr.To(down)})
+				got, err := n.patch(ctx, "stream", upstream, s.ID, map[string]bool{"down": down})
+				if err == nil && got != server {
+					return fmt.Errorf("stream server ID %d, just read as %s's, names %s: the upstream changed under this pass; %s was set down=%v by mistake and the next pass puts it back", s.ID, server, got, got, down)
+				}
+				return err
 			}
 		}
 		return client.ErrServerNotFound

@@ -138,6 +138,54 @@ func TestADrainSurvivesAStaleID(t *testing.T) {
 	}
 }
 
+// A reload renumbers the servers (NGINX Plus reads its state file again
+// from ID 0), so an ID read before it may name another server after it.
+// A PATCH by that ID must never move that server to this address: the
+// drain lands on the right server, the other keeps its address, and the
+// pass says what happened (so it runs again and puts the other back).
+func TestADrainNeverRewritesAServerWhoseIDWasReused(t *testing.T) {
+	e, url := emulator(t, nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop", State: true}}}, nil)
+	n, _ := New(url, lb(nil))
+	other, _ := New(url, lb(nil))
+	c := netip.MustParseAddrPort("198.18.0.3:8080")
+	all := map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active, c: plan.Active}
+	converge(t, n, "shop", all)
+	ctx := context.Background()
+	cur, err := n.Servers(ctx, "shop") // IDs a 0, b 1, c 2
+	if err != nil {
+		t.Fatal(err)
+	}
+	converge(t, other, "shop", map[netip.AddrPort]plan.State{b: plan.Active, c: plan.Active})
+	e.Reload() // b 0, c 1: ID 1, read as b's, is now c's
+	errs := n.Apply(ctx, "shop", plan.Calculate(cur, map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Draining, c: plan.Active}))
+	if len(errs) != 1 || errs[0] == nil || !strings.Contains(errs[0].Error(), c.String()) {
+		t.Errorf("the drain of b after a renumbering returned %v; want an error naming %s, the server its old ID now names", errs, c)
+	}
+	got := map[string]nginxplus.Server{}
+	for _, s := range e.Servers(false, "shop") {
+		if _, dup := got[s.Server]; dup {
+			t.Errorf("two servers at %s: %+v", s.Server, e.Servers(false, "shop"))
+		}
+		got[s.Server] = s
+	}
+	if s, ok := got[b.String()]; !ok || !s.Drain {
+		t.Errorf("b is %+v (present %v), want draining", s, ok)
+	}
+	if _, ok := got[c.String()]; !ok {
+		t.Fatalf("c is gone: the PATCH by a reused ID moved it to b's address (%+v)", e.Servers(false, "shop"))
+	}
+	// The next pass puts c back as it was.
+	converge(t, n, "shop", map[netip.AddrPort]plan.State{b: plan.Draining, c: plan.Active})
+	if s := e.Servers(false, "shop"); len(s) != 2 {
+		t.Errorf("after the next pass: %+v", s)
+	}
+	for _, s := range e.Servers(false, "shop") {
+		if s.Server == c.String() && (s.Drain || s.Down) {
+			t.Errorf("c after the next pass: %+v, want active", s)
+		}
+	}
+}
+
 func TestStreamUpstreamsMarkDrainsDown(t *testing.T) {
 	e, url := emulator(t, nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "tcp", Zone: "tcp", Stream: true}}}, nil)
 	n, _ := New(url, lb(nil))

@@ -77,7 +77,7 @@ type Config struct {
 // BindFlags registers the config's flags.
 func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.DrainctlImage, "drainctl-image", c.DrainctlImage, "`image` of the init container that installs drainctl into opted-in pods")
-	fs.Func("namespace-opt-in-owner-kinds", "comma-separated `kinds` of controller whose pods a Namespace opt-in reaches (default "+strings.Join(DefaultOwnerKinds, ",")+"; also DaemonSet, Job, CronJob, ReplicationController); a pod's own label opts any pod in", func(v string) error {
+	fs.Func("namespace-opt-in-owner-kinds", "comma-separated `kinds` of controller whose pods a Namespace opt-in reaches (default "+strings.Join(DefaultOwnerKinds, ",")+"; also DaemonSet, Job (a CronJob's pods are its Jobs'), ReplicationController); a pod's own label opts any pod in", func(v string) error {
 		k, err := ParseOwnerKinds(v)
 		if err != nil {
 			return err

@@ -30,8 +30,14 @@ const AnnotationDryRun = Prefix + "dry-run"
 // behind a sticky load balancer).
 var DefaultOwnerKinds = []string{"ReplicaSet", "StatefulSet"}
 
-// ownerKinds are the kinds the webhook takes on a Namespace opt-in.
-var ownerKinds = []string{"ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob", "ReplicationController"}
+// ownerKinds are the kinds the webhook takes on a Namespace opt-in: the
+// kinds that own pods directly. A Deployment's pods are owned by its
+// ReplicaSets, a CronJob's by its Jobs, so naming those would reach
+// nothing.
+var ownerKinds = []string{"ReplicaSet", "StatefulSet", "DaemonSet", "Job", "ReplicationController"}
+
+// indirectOwners are kinds whose pods another kind owns.
+var indirectOwners = map[string]string{"Deployment": "ReplicaSet", "CronJob": "Job"}
 
 // ParseOwnerKinds reads a comma-separated list of controller kinds.
 func ParseOwnerKinds(v string) ([]string, error) {
@@ -40,6 +46,9 @@ func ParseOwnerKinds(v string) ([]string, error) {
 		k = strings.TrimSpace(k)
 		if k == "" {
 			continue
+		}
+		if direct, ok := indirectOwners[k]; ok {
+			return nil, fmt.Errorf("%q: a %s's pods are owned by its %ss, name %s; want a comma-separated list of %s", k, k, direct, direct, strings.Join(ownerKinds, ", "))
 		}
 		if !slices.Contains(ownerKinds, k) {
 			return nil, fmt.Errorf("%q is not a controller kind; want a comma-separated list of %s", k, strings.Join(ownerKinds, ", "))

@@ -57,9 +57,16 @@ func TestScope(t *testing.T) {
 			t.Errorf("%s: mode %d reason %q err %v; want mode %d reason %q", tt.name, mode, reason, err, tt.mode, tt.reason)
 		}
 	}
-	_, reason, err := Scope(basePod(), withKinds("ReplicaSet,Deployment"), Config{})
-	if err == nil || reason != ReasonInvalid || !strings.Contains(err.Error(), `annotation stickydrain.io/owner-kinds="ReplicaSet,Deployment": "Deployment" is not a controller kind`) {
-		t.Errorf("a bad owner-kinds annotation: %q %v", reason, err)
+	for kinds, want := range map[string]string{
+		"ReplicaSet,Pod":        `annotation stickydrain.io/owner-kinds="ReplicaSet,Pod": "Pod" is not a controller kind; want a comma-separated list of ReplicaSet, StatefulSet, DaemonSet, Job, ReplicationController`,
+		"ReplicaSet,Deployment": `annotation stickydrain.io/owner-kinds="ReplicaSet,Deployment": "Deployment": a Deployment's pods are owned by its ReplicaSets, name ReplicaSet;`,
+		"CronJob":               `"CronJob": a CronJob's pods are owned by its Jobs, name Job;`,
+		" , ":                   `annotation stickydrain.io/owner-kinds=" , ": empty; want a comma-separated list of`,
+	} {
+		_, reason, err := Scope(basePod(), withKinds(kinds), Config{})
+		if err == nil || reason != ReasonInvalid || !strings.Contains(err.Error(), want) {
+			t.Errorf("owner-kinds %q: reason %q, error %v; want one containing %q", kinds, reason, err, want)
+		}
 	}
 }
 

@@ -54,3 +54,46 @@ func TestTheDocsWorkloadsResolve(t *testing.T) {
 		t.Errorf("checked %d workloads of docs/opting-in.md, want the Tomcat, Spring Boot, WildFly and PHP examples at least", checked)
 	}
 }
+
+// TestTheDocsWarningsAreTheWebhooksOwn: every "Warning: stickydrain: …"
+// line that README.md or docs/ shows as kubectl's output is one the
+// webhook writes for the quick start's Deployment without its session URL
+// (the default max-wait, no readiness probe, no port), word for word.
+func TestTheDocsWarningsAreTheWebhooksOwn(t *testing.T) {
+	pod := basePod(func(p *corev1.Pod) {
+		delete(p.Annotations, AnnotationURL)
+		delete(p.Annotations, AnnotationContext)
+		delete(p.Annotations, AnnotationMaxWait)
+	})
+	res, err := Inject(pod, optedNS, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := map[string]bool{}
+	for _, w := range res.Warnings {
+		written["Warning: "+w] = true
+	}
+	pages, err := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := 0
+	for _, page := range append(pages, filepath.Join("..", "..", "README.md")) {
+		raw, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(raw), "\n") {
+			if !strings.HasPrefix(l, "Warning: stickydrain:") {
+				continue
+			}
+			shown++
+			if !written[l] {
+				t.Errorf("%s shows a warning the webhook does not write:\n%s\nit writes:\n%s", page, l, strings.Join(res.Warnings, "\n"))
+			}
+		}
+	}
+	if shown < 2 {
+		t.Errorf("README.md and docs/ show %d of the webhook's warnings; want the quick start's at least", shown)
+	}
+}

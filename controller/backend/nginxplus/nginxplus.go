@@ -415,6 +415,18 @@ func (n *Instance) Apply(ctx context.Context, upstream string, changes []plan.Ch
 	return errs
 }
 
+// names reports whether a PATCH's answered address is server. An answer
+// without one (NGINX Plus documents the server object as the answer) is
+// taken as the server asked for.
+func names(answered, server string) bool {
+	if answered == "" || answered == server {
+		return true
+	}
+	a, aok := parse(answered)
+	s, sok := parse(server)
+	return aok && sok && a == s
+}
+
 // forget drops the IDs read for upstream.
 func (n *Instance) forget(upstream string) {
 	n.mu.Lock()
@@ -459,7 +471,7 @@ func (n *Instance) applyHTTP(ctx context.Context, c *client.NginxClient, upstrea
 		if cached {
 			got, err := n.patch(ctx, "http", upstream, old, fields)
 			switch {
-			case err == nil && got == server:
+			case err == nil && names(got, server):
 				return nil
 			case err == nil:
 				reused = got // a reload renumbered the servers
@@ -477,7 +489,7 @@ func (n *Instance) applyHTTP(ctx context.Context, c *client.NginxClient, upstrea
 		switch {
 		case err != nil:
 			return err
-		case got != server:
+		case !names(got, server):
 			n.forget(upstream)
 			return fmt.Errorf("server ID %d, just read as %s's, names %s: the upstream changed under this pass; %s was set %s by mistake and the next pass puts it back", id, server, got, got, describe(fields))
 		case reused != "":
@@ -533,7 +545,7 @@ func (n *Instance) applyStream(ctx context.Context, c *client.NginxClient, upstr
 		for _, s := range servers {
 			if s.Server == server {
 				got, err := n.patch(ctx, "stream", upstream, s.ID, map[string]bool{"down": down})
-				if err == nil && got != server {
+				if err == nil && !names(got, server) {
 					return fmt.Errorf("stream server ID %d, just read as %s's, names %s: the upstream changed under this pass; %s was set down=%v by mistake and the next pass puts it back", s.ID, server, got, got, down)
 				}
 				return err

@@ -293,3 +293,22 @@ func TestTLSWithCAFile(t *testing.T) {
 func pemOf(der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
+
+func TestNames(t *testing.T) {
+	for _, tt := range []struct {
+		answered, server string
+		want             bool
+	}{
+		{"198.18.0.1:8080", "198.18.0.1:8080", true},
+		{"", "198.18.0.1:8080", true}, // no address in the answer: nothing to check
+		{"[::ffff:198.18.0.1]:8080", "198.18.0.1:8080", true},
+		{"[2001:db8::1]:8080", "[2001:db8:0::1]:8080", true},
+		{"198.18.0.3:8080", "198.18.0.1:8080", false},
+		{"198.18.0.1:8081", "198.18.0.1:8080", false},
+		{"backend.example:8080", "198.18.0.1:8080", false},
+	} {
+		if got := names(tt.answered, tt.server); got != tt.want {
+			t.Errorf("names(%q, %q) = %v, want %v", tt.answered, tt.server, got, tt.want)
+		}
+	}
+}

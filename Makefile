@@ -52,11 +52,15 @@ lint: ## gofmt check, go vet and staticcheck.
 ##@ Testing
 
 .PHONY: test
-test: deps k8s-bins haproxy-versions peers ## Unit, integration and end-to-end tests (-race) on a real local control plane, against HAProxy 2.6, 3.0 and 3.2, haproxy-ingress and Traefik.
+test: deps test-parts ## Unit, integration and end-to-end tests (-race) on a real local control plane, against HAProxy 2.6, 3.0 and 3.2, haproxy-ingress and Traefik.
 	@# One package at a time: several control planes, pod hosts and
 	@# HAProxy pairs at once on 2 cores starve readiness probes.
 	STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" STICKYDRAIN_HAPROXY="$$(test/tools/haproxy.sh)" \
 	  STICKYDRAIN_PEERS="$$(test/peers/build.sh)" $(GO) test -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+.PHONY: test-parts
+test-parts: deps ## Build what the tests run (control plane, HAProxy versions, ingress controllers) at once: cold, their downloads and links overlap the others' compiles.
+	@$(MAKE) --no-print-directory -j3 k8s-bins haproxy-versions peers
 
 .PHONY: soak
 soak: deps k8s-bins ## Chaos soak: sticky users, rollouts and random faults for DURATION (default 30m; make test runs 2m).

@@ -225,6 +225,9 @@ type apiError struct {
 }
 
 func (e *apiError) Error() string {
+	if e.Code == "" {
+		return fmt.Sprintf("status %d %s (not an NGINX Plus API answer)", e.Status, http.StatusText(e.Status))
+	}
 	return fmt.Sprintf("status %d, %s: %s", e.Status, e.Code, e.Text)
 }
 

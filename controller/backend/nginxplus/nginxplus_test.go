@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -310,5 +311,33 @@ func TestNames(t *testing.T) {
 		if got := names(tt.answered, tt.server); got != tt.want {
 			t.Errorf("names(%q, %q) = %v, want %v", tt.answered, tt.server, got, tt.want)
 		}
+	}
+}
+
+// A PATCH refused says why: NGINX Plus's code and text, or that the
+// answer was not the API's (a proxy in front of it).
+func TestPatchErrorsSayWhy(t *testing.T) {
+	var broken atomic.Bool
+	e, url := emulator(t, nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop"}}}, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if broken.Load() && r.Method == http.MethodPatch {
+				http.Error(w, "<html>bad gateway</html>", http.StatusBadGateway)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	n, _ := New(url, lb(nil))
+	converge(t, n, "shop", map[netip.AddrPort]plan.State{a: plan.Active})
+	e.SetWritable(false)
+	_, err := n.patch(context.Background(), "http", "shop", 0, map[string]bool{"drain": true})
+	if err == nil || !strings.Contains(err.Error(), "status 405, MethodDisabled") {
+		t.Errorf("a PATCH with writes off: %v, want status 405, MethodDisabled", err)
+	}
+	e.SetWritable(true)
+	broken.Store(true)
+	_, err = n.patch(context.Background(), "http", "shop", 0, map[string]bool{"drain": true})
+	if err == nil || !strings.Contains(err.Error(), "status 502 Bad Gateway (not an NGINX Plus API answer)") {
+		t.Errorf("a PATCH answered by a broken proxy: %v", err)
 	}
 }

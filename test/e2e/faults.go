@@ -20,7 +20,7 @@ func (e *Env) readyMap() string { return filepath.Join(e.Dir, "ready.map") }
 // runHAProxy starts one instance of the environment's version and mode
 // in dir.
 func (e *Env) runHAProxy(dir string) (*haproxytest.HAProxy, error) {
-	return haproxytest.RunWith(haproxytest.Options{Dir: dir, Key: "e2e-shared-key", ReadyMap: e.readyMap(), Bin: e.flavour.Bin}, e.flavour.Backend("shop", 16))
+	return haproxytest.RunWith(haproxytest.Options{Dir: dir, Key: "e2e-shared-key", ReadyMap: e.readyMap(), Bin: e.flavour.Bin, Gate: true}, e.flavour.Backend("shop", 16))
 }
 
 // haproxies is a copy of the instances running now, for goroutines other

@@ -188,7 +188,20 @@ func ForEachFlavour(t *testing.T, f func(t *testing.T, fl Flavour)) {
 // Start runs this version as the package's Start does.
 func (v Version) Start(t testing.TB, key string, backends ...Backend) *HAProxy {
 	t.Helper()
-	h, err := RunWith(Options{Dir: t.TempDir(), Key: key, Bin: v.Bin}, backends...)
+	return v.StartWith(t, Options{Key: key}, backends...)
+}
+
+// StartWith runs this version with o (Dir, Bin and Key are filled in when
+// empty) as the package's Start does.
+func (v Version) StartWith(t testing.TB, o Options, backends ...Backend) *HAProxy {
+	t.Helper()
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	if o.Bin == "" {
+		o.Bin = v.Bin
+	}
+	h, err := RunWith(o, backends...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,6 +239,36 @@ type Options struct {
 	ReadyMap string
 	// Bin is the haproxy executable; default: haproxy on PATH.
 	Bin string
+	// Gate holds a new process' requests until it has its servers, as
+	// docs/haproxy.md configures dynamic mode (see gate); slot backends
+	// need no gate. Without a controller marking the process (or the
+	// reload helper), every new connection would wait the gate's second.
+	Gate bool
+}
+
+// gate is the frontend's hold on a new process with dynamic servers, as
+// docs/haproxy.md gives it: a new connection's first request waits (up to
+// 1 s) until the process holds its servers again — the key "replayed"
+// (the reload helper) or "filled" (the controller) in the ready map.
+// Slot backends need none: a new worker loads them from the state file
+// before it serves.
+func gate(on bool, readyMap string, backends []Backend) string {
+	for _, be := range backends {
+		if on && be.Dynamic {
+			return Gate(readyMap)
+		}
+	}
+	return ""
+}
+
+// Gate is the frontend lines of the gate on readyMap, indented as in a
+// frontend section.
+func Gate(readyMap string) string {
+	return fmt.Sprintf(`    tcp-request inspect-delay 1s
+    tcp-request content accept if { str(replayed),map(%[1]s) -m found }
+    tcp-request content accept if { str(filled),map(%[1]s) -m found }
+    tcp-request content accept if WAIT_END
+`, readyMap)
 }
 
 // RunWith is Run with every option.
@@ -273,14 +316,14 @@ defaults
     load-server-state-from-file global
 frontend www
     bind 127.0.0.1:%d
-    default_backend %s
+%s    default_backend %s
 frontend ready
     bind 127.0.0.1:%d
     http-request set-var(txn.filled) str(filled),map(%s,0)
     http-request set-var(txn.age) date(0,ms),sub(txn.filled)
     http-request return status 200 content-type text/plain string filled if { var(txn.filled) -m int gt 0 } { var(txn.age) -m int le 2000 }
     http-request return status 503 content-type text/plain string "not filled yet, or no controller for 2 s"
-`, h.Socket, h.StateFile, h.Port, backends[0].Name, h.ReadyPort, h.ReadyMap)
+`, h.Socket, h.StateFile, h.Port, gate(o.Gate, h.ReadyMap, backends), backends[0].Name, h.ReadyPort, h.ReadyMap)
 	for _, be := range backends {
 		if be.Dynamic {
 			// No servers: the controller adds them (`add server … cookie`).

@@ -499,13 +499,7 @@ func (h *Instance) MarkFilled(ctx context.Context, id string) error {
 	if out := strings.TrimSpace(outs[2]); out != "" {
 		return fmt.Errorf("haproxy %s: add map %s: %s", h.id, h.readyMap, out)
 	}
-	info := map[string]string{}
-	for _, line := range strings.Split(outs[0], "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok {
-			info[strings.TrimSpace(k)] = strings.TrimSpace(v)
-		}
-	}
-	got, err := identity(info)
+	got, err := identity(parseInfo(outs[0]))
 	if err != nil || got != id {
 		_, _ = h.run(ctx, []string{"del map " + h.readyMap + " " + markerKey})
 		return fmt.Errorf("haproxy %s: the process changed (%s, filled %s) while marking it filled; taken off again", h.id, got, id)
@@ -588,14 +582,20 @@ func (h *Instance) Info(ctx context.Context) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := map[string]string{}
-	for _, line := range strings.Split(outs[0], "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok {
-			m[strings.TrimSpace(k)] = strings.TrimSpace(v)
-		}
-	}
+	m := parseInfo(outs[0])
 	if len(m) == 0 {
 		return nil, errors.New("haproxy: empty show info")
 	}
 	return m, nil
+}
+
+// parseInfo reads the "Name: value" lines of a `show info` answer.
+func parseInfo(out string) map[string]string {
+	m := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			m[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	return m
 }

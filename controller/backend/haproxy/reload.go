@@ -86,8 +86,12 @@ func firstLine(s string) string {
 // its address and drain. Dynamic servers (mode dynamic) are not in the
 // configuration, so the new worker starts without them: Reload adds back
 // every one the old worker had, with its cookie and state, the moment the
-// new worker answers (see ReplayDynamic). A configuration that does not
-// load leaves the old worker running and is reported.
+// new worker answers (see ReplayDynamic), then sets the key "replayed" in
+// the ready map (WithReadyMap) of the new worker: the configuration's
+// gate, which holds a new connection's first request while the process
+// has neither "replayed" nor "filled", lets requests through from then on
+// (docs/haproxy.md). A configuration that does not load leaves the old
+// worker running and is reported.
 func (h *Instance) Reload(ctx context.Context, master, stateFile string) error {
 	before, err := h.Identity(ctx)
 	if err != nil {
@@ -117,21 +121,50 @@ func (h *Instance) Reload(ctx context.Context, master, stateFile string) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*h.timeout)
 	defer cancel()
 	for {
-		now, err := h.Identity(ctx)
-		if err == nil && now != before {
+		after, err := h.Identity(ctx)
+		if err == nil && after != before {
 			if err := h.ReplayDynamic(ctx, state); err != nil {
 				return fmt.Errorf("reload: the new worker runs, but %w", err)
+			}
+			if err := h.markReplayed(ctx, after); err != nil {
+				return fmt.Errorf("reload: the new worker runs with its servers, but %w", err)
 			}
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("reload: no new worker answered on %s (still %s); check the master's log for a configuration error: %w", h.id, before, ctx.Err())
-		// In dynamic mode the new worker serves without its servers
-		// until they are replayed: look often.
+		// In dynamic mode the new worker lacks its servers until they
+		// are replayed (its gate holds requests meanwhile): look often.
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// replayedKey is the key Reload sets in the ready map of a new worker once
+// it holds every server the old one had. Only its presence counts.
+const replayedKey = "replayed"
+
+// markReplayed sets replayedKey on the process named id, if a ready map is
+// configured. Like MarkFilled it reads the identity on the same
+// connection; on another process (a second reload in between) it takes the
+// key off again: that process was not replayed.
+func (h *Instance) markReplayed(ctx context.Context, id string) error {
+	if h.readyMap == "" {
+		return nil
+	}
+	outs, err := h.run(ctx, []string{"show info", "add map " + h.readyMap + " " + replayedKey + " 1"})
+	if err != nil {
+		return fmt.Errorf("setting %q in %s: %w", replayedKey, h.readyMap, err)
+	}
+	if out := strings.TrimSpace(outs[1]); out != "" {
+		return fmt.Errorf("setting %q in %s: %s", replayedKey, h.readyMap, out)
+	}
+	if got, err := identity(parseInfo(outs[0])); err != nil || got != id {
+		_, _ = h.run(ctx, []string{"del map " + h.readyMap + " " + replayedKey})
+		return fmt.Errorf("the process changed (%s, replayed %s) while marking it replayed; taken off again", got, id)
+	}
+	return nil
 }
 
 // ReplayDynamic adds to the running process every dynamic server (one the

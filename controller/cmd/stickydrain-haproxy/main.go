@@ -36,10 +36,11 @@ server-state-file, atomically. Exit status: 0 done, 1 failed, 2 bad usage.`,
 	"reload": `stickydrain-haproxy reload [flags]
 
 Saves the server state, then asks the master (haproxy -W -S) to reload, waits
-for the new worker and adds back the dynamic servers (mode dynamic) it lacks:
-an HAProxy reload that keeps every drain. With
---watch it keeps running and does so whenever the configuration directory
-changes (a sidecar). Exit status: 0 done, 1 failed, 2 bad usage.`,
+for the new worker, adds back the dynamic servers (mode dynamic) it lacks and,
+with --ready-map, says so in the new worker's ready map (key "replayed"): an
+HAProxy reload that keeps every drain. With --watch it keeps running and does
+so whenever the configuration directory changes (a sidecar). Exit status: 0
+done, 1 failed, 2 bad usage.`,
 }
 
 func main() {
@@ -56,10 +57,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	runtimeAddr := fs.String("runtime", "unix:///run/haproxy/admin.sock", "the Runtime API (stats socket, level admin): unix:///path or tcp://host:port")
 	stateFile := fs.String("state-file", "/var/lib/haproxy/server-state", "the server-state-file of haproxy.cfg")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long one save or reload may take")
-	master, watch := new(string), new(string)
+	master, watch, readyMap := new(string), new(string), new(string)
 	every := new(time.Duration)
 	if cmd == "reload" {
 		fs.StringVar(master, "master", "unix:///run/haproxy/master.sock", "the master CLI (haproxy -W -S): unix:///path or tcp://host:port")
+		fs.StringVar(readyMap, "ready-map", "", "the ready map of haproxy.cfg (readyMap in the controller's configuration): the key \"replayed\" is set there once a new worker holds its servers again, which opens the gate of docs/haproxy.md")
 		fs.StringVar(watch, "watch", "", "keep running and reload whenever a file in this directory changes (a ConfigMap mount)")
 		fs.DurationVar(every, "every", 2*time.Second, "with --watch, how often the directory is read")
 	}
@@ -70,7 +72,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "stickydrain-haproxy %s: unexpected argument %q\n", cmd, fs.Arg(0))
 		return 2
 	}
-	h, err := haproxy.New(*runtimeAddr, *timeout)
+	var opts []haproxy.Option
+	if *readyMap != "" {
+		opts = append(opts, haproxy.WithReadyMap(*readyMap))
+	}
+	h, err := haproxy.New(*runtimeAddr, *timeout, opts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "stickydrain-haproxy %s: --runtime: %v\n", cmd, err)
 		return 2

@@ -105,6 +105,16 @@ func TestWebhookScopeWarningsAndDryRun(t *testing.T) {
 	if got := seen.take(); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("creating the careless pod printed\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+	// A session URL, but polled less often than the drain may last.
+	impatient := sessionDeployment("shop", "impatient", map[string]string{inject.AnnotationURL: "http://localhost:8080/sessions",
+		inject.AnnotationMaxWait: "5m", inject.AnnotationInterval: "10m"})
+	if _, err := cs.AppsV1().Deployments("shop").Create(ctx, impatient, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Fatal(err)
+	}
+	wantInterval := "stickydrain: annotation stickydrain.io/interval (10m0s) exceeds stickydrain.io/max-wait (5m0s): the session count is read once at most; lower the interval"
+	if got := seen.take(); strings.Join(got, "\n") != wantInterval {
+		t.Errorf("kubectl apply of a Deployment polling every 10m with a 5m max-wait printed\n%s\nwant\n%s", strings.Join(got, "\n"), wantInterval)
+	}
 	// Written as the samples are: no warning.
 	good := sessionDeployment("shop", "good", map[string]string{inject.AnnotationURL: "http://localhost:8080/sessions", inject.AutoscalerSafeToEvict: "false"})
 	if _, err := cs.AppsV1().Deployments("shop").Create(ctx, good, metav1.CreateOptions{}); err != nil {

@@ -45,7 +45,7 @@ func (e *Env) frontTargets() []tcpfront.Target {
 func (e *Env) ReloadHAProxy(ctx context.Context, i int) error {
 	h := e.haproxies()[i]
 	out, err := exec.CommandContext(ctx, e.built["controller/cmd/stickydrain-haproxy"], "reload",
-		"--runtime", h.Address(), "--master", h.MasterAddress(), "--state-file", h.StateFile).CombinedOutput()
+		"--runtime", h.Address(), "--master", h.MasterAddress(), "--state-file", h.StateFile, "--ready-map", e.readyMap()).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("stickydrain-haproxy reload: %w\n%s", err, out)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/stickydrain/stickydrain/test/haproxytest"
 )
 
 // TestRolloutSurvivesHAProxyReloadsAndACrash: a rolling update with users
@@ -17,7 +19,18 @@ import (
 // of rotation until the controller has filled it, and be back within a few
 // seconds (probe every second).
 func TestRolloutSurvivesHAProxyReloadsAndACrash(t *testing.T) {
-	ctx, env := startEnv(t, Options{})
+	t.Run("slots", func(t *testing.T) { reloadsAndACrash(t, Options{}) })
+	// Dynamic servers: each reload's new worker starts without them and
+	// its gate holds what reaches it until the helper has added them back.
+	vs := haproxytest.Versions(t)
+	if newest := vs[len(vs)-1]; newest.AtLeast(3, 0) {
+		fl := haproxytest.Flavour{Version: newest, Dynamic: true}
+		t.Run(fl.Name(), func(t *testing.T) { reloadsAndACrash(t, Options{HAProxy: fl}) })
+	}
+}
+
+func reloadsAndACrash(t *testing.T, opts Options) {
+	ctx, env := startEnv(t, opts)
 	clients, obs := startRollout(t, ctx, env)
 	for n := 1; n <= 2; n++ {
 		if err := env.ReloadHAProxy(ctx, 0); err != nil {

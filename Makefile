@@ -63,8 +63,9 @@ test-parts: deps ## Build what the tests run (control plane, HAProxy versions, i
 	@$(MAKE) --no-print-directory -j3 k8s-bins haproxy-versions peers
 
 .PHONY: soak
-soak: deps k8s-bins ## Chaos soak: sticky users, rollouts and random faults for DURATION (default 30m; make test runs 2m).
-	set -o pipefail; STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" STICKYDRAIN_SOAK_DURATION="$${DURATION:-30m}" \
+soak: deps k8s-bins ## Chaos soak: sticky users, rollouts and random faults for DURATION (default 30m; make test runs 2m) on HAPROXY (default the newest, slots; e.g. HAPROXY=haproxy-3.2-dynamic).
+	set -o pipefail; STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" STICKYDRAIN_HAPROXY="$$(test/tools/haproxy.sh)" \
+	  STICKYDRAIN_SOAK_DURATION="$${DURATION:-30m}" STICKYDRAIN_SOAK_HAPROXY="$(HAPROXY)" \
 	  $(GO) test -race -count=1 -run '^TestSoak$$' -v -timeout 0 ./test/e2e/ 2>&1 | grep -v 'podhost: ' | tee soak.log | grep -E '^(---|===|ok|FAIL)|soak|users:|injected|problem|sessions'
 
 .PHONY: test-unit

@@ -19,12 +19,19 @@ import (
 // of rotation until the controller has filled it, and be back within a few
 // seconds (probe every second).
 func TestRolloutSurvivesHAProxyReloadsAndACrash(t *testing.T) {
-	t.Run("slots", func(t *testing.T) { reloadsAndACrash(t, Options{}) })
-	// Dynamic servers: each reload's new worker starts without them and
-	// its gate holds what reaches it until the helper has added them back.
+	// The oldest version and the newest (the sample Deployment's), in slot
+	// mode; the newest in dynamic mode too, where each reload's new worker
+	// starts without the servers and its gate holds what reaches it until
+	// the helper has added them back.
 	vs := haproxytest.Versions(t)
-	if newest := vs[len(vs)-1]; newest.AtLeast(3, 0) {
-		fl := haproxytest.Flavour{Version: newest, Dynamic: true}
+	fls := []haproxytest.Flavour{{Version: vs[0]}}
+	if newest := vs[len(vs)-1]; len(vs) > 1 {
+		fls = append(fls, haproxytest.Flavour{Version: newest})
+		if newest.AtLeast(3, 0) {
+			fls = append(fls, haproxytest.Flavour{Version: newest, Dynamic: true})
+		}
+	}
+	for _, fl := range fls {
 		t.Run(fl.Name(), func(t *testing.T) { reloadsAndACrash(t, Options{HAProxy: fl}) })
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stickydrain/stickydrain/test/haproxytest"
 )
 
 // TestSoak is the chaos soak (`make soak`; `make test` runs it for two
@@ -26,8 +28,32 @@ import (
 // in flight through a killed process, counted apart), every session kept.
 //
 // STICKYDRAIN_SOAK_DURATION sets the length (default 2m);
-// STICKYDRAIN_SOAK_SEED the faults' order (default: the clock).
+// STICKYDRAIN_SOAK_SEED the faults' order (default: the clock);
+// STICKYDRAIN_SOAK_HAPROXY the HAProxy version and mode by subtest name,
+// e.g. haproxy-2.6-slots or haproxy-3.2-dynamic (default: the newest
+// version in slot mode, as the sample Deployment runs it).
 var errSkip = errors.New("not injected now")
+
+// soakFlavour is the flavour named name among vs' versions and modes, or
+// the newest version in slot mode when name is empty.
+func soakFlavour(vs []haproxytest.Version, name string) (haproxytest.Flavour, error) {
+	if name == "" {
+		return haproxytest.Flavour{Version: vs[len(vs)-1]}, nil
+	}
+	var names []string
+	for _, v := range vs {
+		for _, fl := range []haproxytest.Flavour{{Version: v}, {Version: v, Dynamic: true}} {
+			if fl.Dynamic && !v.AtLeast(3, 0) {
+				continue
+			}
+			if fl.Name() == name {
+				return fl, nil
+			}
+			names = append(names, fl.Name())
+		}
+	}
+	return haproxytest.Flavour{}, fmt.Errorf("STICKYDRAIN_SOAK_HAPROXY=%q: want one of %s", name, strings.Join(names, ", "))
+}
 
 func TestSoak(t *testing.T) {
 	duration := 2 * time.Minute
@@ -44,11 +70,15 @@ func TestSoak(t *testing.T) {
 			t.Fatalf("STICKYDRAIN_SOAK_SEED=%q: want a number", v)
 		}
 	}
-	t.Logf("soak for %v, seed %d (STICKYDRAIN_SOAK_SEED=%d repeats this order of faults)", duration, seed, seed)
+	flavour, err := soakFlavour(haproxytest.Versions(t), os.Getenv("STICKYDRAIN_SOAK_HAPROXY"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("soak for %v on %s, seed %d (STICKYDRAIN_SOAK_SEED=%d repeats this order of faults)", duration, flavour.Name(), seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	ctx, cancel := context.WithTimeout(context.Background(), duration+8*time.Minute)
 	defer cancel()
-	env, err := Start(ctx, Options{Log: t.Logf, ControllerReplicas: 2, NGINXPlus: true})
+	env, err := Start(ctx, Options{Log: t.Logf, ControllerReplicas: 2, NGINXPlus: true, HAProxy: flavour})
 	if err != nil {
 		t.Fatal(err)
 	}

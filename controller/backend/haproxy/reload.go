@@ -127,7 +127,7 @@ func (h *Instance) Reload(ctx context.Context, master, stateFile string) error {
 				return fmt.Errorf("reload: the new worker runs, but %w", err)
 			}
 			if err := h.markReplayed(ctx, after); err != nil {
-				return fmt.Errorf("reload: the new worker runs with its servers, but %w", err)
+				return fmt.Errorf("reload: the new worker runs with its servers, but %w: %w", ErrNotMarked, err)
 			}
 			return nil
 		}
@@ -140,6 +140,12 @@ func (h *Instance) Reload(ctx context.Context, master, stateFile string) error {
 		}
 	}
 }
+
+// ErrNotMarked is in the error of a reload that is done — the new worker
+// runs and holds every server — but whose "replayed" key could not be set
+// (a ready map haproxy.cfg does not load, say): the gate then opens only
+// when the controller marks the process filled.
+var ErrNotMarked = errors.New(`"replayed" not set`)
 
 // replayedKey is the key Reload sets in the ready map of a new worker once
 // it holds every server the old one had. Only its presence counts.

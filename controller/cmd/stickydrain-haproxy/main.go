@@ -92,7 +92,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return h.Reload(c, *master, *stateFile)
 	}
 	if *watch == "" {
-		if err := once(); err != nil {
+		if err := once(); errors.Is(err, haproxy.ErrNotMarked) {
+			fmt.Fprintf(stderr, "stickydrain-haproxy %s: warning: %v\n", cmd, err)
+		} else if err != nil {
 			fmt.Fprintf(stderr, "stickydrain-haproxy %s: %v\n", cmd, err)
 			return 1
 		}
@@ -115,7 +117,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err != nil || d == last {
 			continue
 		}
-		if err := once(); err != nil {
+		switch err := once(); {
+		case errors.Is(err, haproxy.ErrNotMarked):
+			// Reloaded: another reload would not set it either.
+			fmt.Fprintf(stderr, "stickydrain-haproxy reload: warning: %v\n", err)
+		case err != nil:
 			// Tried again at the next change or tick: the digest is kept.
 			fmt.Fprintf(stderr, "stickydrain-haproxy reload: %v\n", err)
 			continue

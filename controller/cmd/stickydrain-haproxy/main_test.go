@@ -94,6 +94,33 @@ func TestTheSystemdDropInReloadsKeepingTheDrain(t *testing.T) {
 	}
 }
 
+// A --ready-map that haproxy.cfg does not load cannot take the key
+// "replayed": the reload is done all the same (exit 0, the drain kept),
+// with a warning naming the map, not an error that a --watch loop would
+// answer with another reload every tick.
+func TestAReadyMapNotLoadedIsAWarning(t *testing.T) {
+	h := haproxytest.Start(t, "k", haproxytest.Backend{Name: "shop", Slots: 2})
+	ctx := context.Background()
+	if err := h.Command(ctx, "set server shop/pod1 addr 127.0.0.1 port 9000"); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	args := []string{"reload", "--runtime", h.Address(), "--master", h.MasterAddress(), "--state-file", h.StateFile, "--ready-map", "/nowhere/ready.map"}
+	if code := run(args, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if w := errb.String(); !strings.Contains(w, "warning: ") || !strings.Contains(w, `"replayed" not set`) || !strings.Contains(w, "/nowhere/ready.map") {
+		t.Errorf("stderr %q: want a warning that \"replayed\" was not set in /nowhere/ready.map", w)
+	}
+	inst, err := haproxy.New(h.Address(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := inst.Servers(ctx, "shop"); err != nil || len(got) != 1 {
+		t.Errorf("after the reload: %v %v, want the one server kept", got, err)
+	}
+}
+
 // TestHelpIsGolden: each subcommand's --help, as printed, is the
 // committed golden file; bad values are refused naming the flag.
 func TestHelpIsGolden(t *testing.T) {

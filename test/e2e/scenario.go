@@ -436,6 +436,12 @@ type DrainRecord struct {
 	Gone, RemovedFromLB    time.Time
 	ServerDroppedEarly     bool // its server left an instance while the pod still existed
 	Undrained              bool // its server was active again on an instance after it drained everywhere
+	// ServedTerminating: the pod was seen Ready while terminating, so its
+	// endpoint was serving and its server must drain. A pod deleted before
+	// it was ever ready (a rollout overtaking the last one) is terminating
+	// and not serving: the controller takes its server down, and no user
+	// has a session there.
+	ServedTerminating bool
 	// With NGINX Plus emulators: when it was first seen with drain: true on
 	// every emulator, whether its server left one while the pod existed,
 	// and when it was gone from all.
@@ -523,6 +529,11 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 			grace := time.Duration(ptr.Deref(p.DeletionGracePeriodSeconds, 0)) * time.Second
 			r = &DrainRecord{Pod: p.Name, Deleted: p.DeletionTimestamp.Add(-grace), Seen: now}
 			o.records[p.Name] = r
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				r.ServedTerminating = true
+			}
 		}
 		ap, err := netip.ParseAddrPort(o.ips[p.Name] + ":8080")
 		if err != nil {

@@ -492,19 +492,31 @@ func (h *Instance) MarkFilled(ctx context.Context, id string) error {
 	if h.readyMap == "" {
 		return nil
 	}
-	outs, err := h.run(ctx, []string{"show info", "del map " + h.readyMap + " " + markerKey, "add map " + h.readyMap + " " + markerKey + " " + now()})
-	if err != nil {
-		return err
-	}
-	if out := strings.TrimSpace(outs[2]); out != "" {
-		return fmt.Errorf("haproxy %s: add map %s: %s", h.id, h.readyMap, out)
-	}
-	got, err := identity(parseInfo(outs[0]))
-	if err != nil || got != id {
-		_, _ = h.run(ctx, []string{"del map " + h.readyMap + " " + markerKey})
+	if got, err := h.setOn(ctx, id, markerKey, now()); err != nil {
+		return fmt.Errorf("haproxy %s: %w", h.id, err)
+	} else if got != id {
 		return fmt.Errorf("haproxy %s: the process changed (%s, filled %s) while marking it filled; taken off again", h.id, got, id)
 	}
 	return nil
+}
+
+// setOn sets key to value in the ready map of the process named id: it
+// reads the identity on the same connection as it writes, and takes the
+// key off again when another process answered, returning that one's
+// identity.
+func (h *Instance) setOn(ctx context.Context, id, key, value string) (string, error) {
+	outs, err := h.run(ctx, []string{"show info", "del map " + h.readyMap + " " + key, "add map " + h.readyMap + " " + key + " " + value})
+	if err != nil {
+		return "", err
+	}
+	if out := strings.TrimSpace(outs[2]); out != "" {
+		return "", fmt.Errorf("add map %s: %s", h.readyMap, out)
+	}
+	got, err := identity(parseInfo(outs[0]))
+	if err != nil || got != id {
+		_, _ = h.run(ctx, []string{"del map " + h.readyMap + " " + key})
+	}
+	return got, nil
 }
 
 // markerKey is the key MarkFilled sets in the ready map. Its value is

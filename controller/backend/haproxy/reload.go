@@ -159,15 +159,9 @@ func (h *Instance) markReplayed(ctx context.Context, id string) error {
 	if h.readyMap == "" {
 		return nil
 	}
-	outs, err := h.run(ctx, []string{"show info", "add map " + h.readyMap + " " + replayedKey + " 1"})
-	if err != nil {
+	if got, err := h.setOn(ctx, id, replayedKey, "1"); err != nil {
 		return fmt.Errorf("setting %q in %s: %w", replayedKey, h.readyMap, err)
-	}
-	if out := strings.TrimSpace(outs[1]); out != "" {
-		return fmt.Errorf("setting %q in %s: %s", replayedKey, h.readyMap, out)
-	}
-	if got, err := identity(parseInfo(outs[0])); err != nil || got != id {
-		_, _ = h.run(ctx, []string{"del map " + h.readyMap + " " + replayedKey})
+	} else if got != id {
 		return fmt.Errorf("the process changed (%s, replayed %s) while marking it replayed; taken off again", got, id)
 	}
 	return nil

@@ -136,11 +136,7 @@ func (e *Env) Pods(ctx context.Context) []PodView {
 				v.Version = s
 			}
 		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady {
-				v.Ready = c.Status == corev1.ConditionTrue
-			}
-		}
+		v.Ready = podReady(&p)
 		if v.IP != "" {
 			c := http.Client{Timeout: 300 * time.Millisecond}
 			if resp, err := c.Get("http://" + v.IP + ":8080/sessions"); err == nil {
@@ -530,10 +526,8 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 			r = &DrainRecord{Pod: p.Name, Deleted: p.DeletionTimestamp.Add(-grace), Seen: now}
 			o.records[p.Name] = r
 		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				r.ServedTerminating = true
-			}
+		if podReady(&p) {
+			r.ServedTerminating = true
 		}
 		ap, err := netip.ParseAddrPort(o.ips[p.Name] + ":8080")
 		if err != nil {
@@ -605,6 +599,16 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 			}
 		}
 	}
+}
+
+// podReady reports whether p's Ready condition is true.
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // ready reports whether an instance's readiness check passes.

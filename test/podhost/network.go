@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -19,7 +20,9 @@ type network struct {
 	prefix  netip.Prefix
 	gateway netip.Addr
 	lock    *os.File
-	free    []netip.Addr
+
+	mu   sync.Mutex // free is shared by every pod's goroutine
+	free []netip.Addr
 }
 
 const lockDir = "/run/stickydrain-podhost"
@@ -76,6 +79,8 @@ func (n *network) createBridge() error {
 }
 
 func (n *network) alloc() (netip.Addr, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	if len(n.free) == 0 {
 		return netip.Addr{}, fmt.Errorf("no free pod IP in %s", n.prefix)
 	}
@@ -84,7 +89,11 @@ func (n *network) alloc() (netip.Addr, error) {
 	return a, nil
 }
 
-func (n *network) release(a netip.Addr) { n.free = append([]netip.Addr{a}, n.free...) }
+func (n *network) release(a netip.Addr) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.free = append([]netip.Addr{a}, n.free...)
+}
 
 // sandbox creates a network namespace with lo up and eth0 at ip, its peer
 // on the bridge, and a default route through the gateway.

@@ -720,9 +720,7 @@ func (p *pod) cleanup() {
 		}
 	}
 	if p.ip.IsValid() {
-		p.h.mu.Lock()
 		p.h.net.release(p.ip)
-		p.h.mu.Unlock()
 	}
 	if p.vols != nil {
 		_ = os.RemoveAll(filepath.Dir(p.vols.dir))

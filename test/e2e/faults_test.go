@@ -206,7 +206,21 @@ func finishRollout(t *testing.T, ctx context.Context, env *Env, clients *Clients
 // may fail. The others keep converging; the partitioned one converges
 // when it returns.
 func TestRolloutSurvivesAPartitionAndHAProxyScaling(t *testing.T) {
-	ctx, env := startEnv(t, Options{})
+	// The oldest version in slot mode, and the newest in dynamic mode,
+	// where the added instance and the returning one get their servers by
+	// `add server` and the removed pods' by `del server`.
+	vs := haproxytest.Versions(t)
+	fls := []haproxytest.Flavour{{Version: vs[0]}}
+	if newest := vs[len(vs)-1]; len(vs) > 1 && newest.AtLeast(3, 0) {
+		fls = append(fls, haproxytest.Flavour{Version: newest, Dynamic: true})
+	}
+	for _, fl := range fls {
+		t.Run(fl.Name(), func(t *testing.T) { partitionAndScaling(t, Options{HAProxy: fl}) })
+	}
+}
+
+func partitionAndScaling(t *testing.T, opts Options) {
+	ctx, env := startEnv(t, opts)
 	clients, obs := startRollout(t, ctx, env)
 
 	// The partitioned instance leaves rotation once its marker is 2 s

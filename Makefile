@@ -34,6 +34,15 @@ build: ## Build every command that exists into ./bin (static, stripped).
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/stickydrain-certs ./certs/cmd/stickydrain-certs
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/controller ./controller
 
+.PHONY: images
+images: ## Build the stickydrain and drainctl images without a container engine into bin/images: multi-platform OCI layouts, a tarball per platform for `ctr images import`, images.txt with every digest (PLATFORMS=linux/amd64,linux/arm64, IMAGES=…, REPO=ghcr.io/stickydrain).
+	cd tools/images && $(GO) run . build --root ../.. --out "$(abspath $(BIN))/images" --version $(VERSION) \
+	  $(if $(PLATFORMS),--platforms $(PLATFORMS)) $(if $(IMAGES),--images $(IMAGES)) $(if $(REPO),--repo $(REPO))
+
+.PHONY: push
+push: ## Push the images make images built to REPO (e.g. REPO=registry.example.com/stickydrain), with ~/.docker/config.json's credentials; prints each reference with its digest.
+	cd tools/images && $(GO) run . push --out "$(abspath $(BIN))/images" --repo "$(REPO)"
+
 .PHONY: fmt
 fmt: ## Format all Go code with gofmt.
 	gofmt -w $$(git ls-files '*.go')

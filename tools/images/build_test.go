@@ -1,0 +1,241 @@
+package main
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+func testOptions(t *testing.T, out string, names ...string) BuildOptions {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(ca, []byte("-----BEGIN CERTIFICATE-----\ntest\n-----END CERTIFICATE-----\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return BuildOptions{
+		Root: root, Out: out, Repo: "registry.test/stickydrain", Version: "v9.9.9", Revision: "abc",
+		Epoch:     time.Unix(1_700_000_000, 0).UTC(),
+		Platforms: []v1.Platform{{OS: "linux", Architecture: "amd64"}, {OS: "linux", Architecture: "arm64"}},
+		Names:     names, CACerts: ca, Log: t.Logf,
+	}
+}
+
+// The same sources, version and epoch give the same digests: a rebuild (a
+// release re-run, a user checking a published image) matches byte for byte.
+func TestBuildIsReproducible(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles binaries for two platforms")
+	}
+	a, err := Build(context.Background(), testOptions(t, t.TempDir(), "pause", "drainctl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Build(context.Background(), testOptions(t, t.TempDir(), "pause", "drainctl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(a, b); diff != "" {
+		t.Fatalf("two builds of the same sources differ (-first +second):\n%s", diff)
+	}
+	// And the digest does depend on what goes in.
+	o := testOptions(t, t.TempDir(), "pause")
+	o.Epoch = o.Epoch.Add(time.Second)
+	c, err := Build(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c[0].Digest == a[0].Digest {
+		t.Errorf("another epoch gave the same digest %s", c[0].Digest)
+	}
+}
+
+// What a pod runs: each platform's image is that platform's, runs as the
+// non-root user, holds the binaries executable and the passwd entry and CA
+// certificates a static binary needs; the layout names the reference, and
+// the tarball for ctr import is the same image.
+func TestBuiltImage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles binaries for two platforms")
+	}
+	out := t.TempDir()
+	o := testOptions(t, out, "drainctl")
+	built, err := Build(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp, err := layout.FromPath(filepath.Join(out, "drainctl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := lp.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm, err := root.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rm.Manifests) != 1 || rm.Manifests[0].Digest != built[0].Digest {
+		t.Fatalf("layout index holds %+v, want the one image index %s", rm.Manifests, built[0].Digest)
+	}
+	if got := rm.Manifests[0].Annotations["org.opencontainers.image.ref.name"]; got != "registry.test/stickydrain/drainctl:v9.9.9" {
+		t.Errorf("layout names %q", got)
+	}
+	idx, err := root.ImageIndex(built[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(im.Manifests) != 2 {
+		t.Fatalf("index holds %d images, want one per platform", len(im.Manifests))
+	}
+	for _, d := range im.Manifests {
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cf.Architecture != d.Platform.Architecture || cf.OS != "linux" {
+			t.Errorf("%s: config says %s/%s", d.Platform, cf.OS, cf.Architecture)
+		}
+		if cf.Config.User != "65532:65532" {
+			t.Errorf("%s: user %q, want 65532:65532", d.Platform, cf.Config.User)
+		}
+		if diff := cmp.Diff([]string{"/drainctl"}, cf.Config.Entrypoint); diff != "" {
+			t.Errorf("%s: entrypoint (-want +got):\n%s", d.Platform, diff)
+		}
+		for k, want := range map[string]string{
+			"org.opencontainers.image.version":  "v9.9.9",
+			"org.opencontainers.image.revision": "abc",
+			"org.opencontainers.image.created":  "2023-11-14T22:13:20Z",
+			"org.opencontainers.image.source":   "https://github.com/stickydrain/stickydrain",
+		} {
+			if cf.Config.Labels[k] != want {
+				t.Errorf("%s: label %s=%q, want %q", d.Platform, k, cf.Config.Labels[k], want)
+			}
+		}
+		files := filesOf(t, img)
+		if f := files["drainctl"]; f == nil || f.Mode&0o111 == 0 || f.Uid != 0 {
+			t.Errorf("%s: /drainctl missing, not executable or not root-owned: %+v", d.Platform, f)
+		} else if arch := elfMachine(t, img, "drainctl"); arch != d.Platform.Architecture {
+			t.Errorf("%s: /drainctl is built for %s", d.Platform, arch)
+		}
+		for _, p := range []string{"etc/passwd", "etc/group", "etc/ssl/certs/ca-certificates.crt", "tmp/"} {
+			if files[p] == nil && files[strings.TrimSuffix(p, "/")] == nil {
+				t.Errorf("%s: no /%s", d.Platform, p)
+			}
+		}
+		if string(fileData(t, img, "etc/passwd")) == "" || !strings.Contains(string(fileData(t, img, "etc/passwd")), "nonroot:x:65532:65532:") {
+			t.Errorf("%s: /etc/passwd has no entry for 65532", d.Platform)
+		}
+		for _, h := range files {
+			if !h.ModTime.Equal(o.Epoch) {
+				t.Errorf("%s: /%s is dated %s, want the epoch %s", d.Platform, h.Name, h.ModTime, o.Epoch)
+			}
+		}
+		// The tarball ctr imports is this very image.
+		tb, err := tarball.ImageFromPath(filepath.Join(out, "drainctl-linux-"+d.Platform.Architecture+".tar"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := img.ConfigName()
+		got, err := tb.ConfigName()
+		if err != nil || got != want {
+			t.Errorf("%s: the tarball's config is %s (%v), want %s", d.Platform, got, err, want)
+		}
+	}
+	list, err := os.ReadFile(filepath.Join(out, "images.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(list), "drainctl registry.test/stickydrain/drainctl:v9.9.9 "+built[0].Digest.String()+"\n") {
+		t.Errorf("images.txt does not list the index digest:\n%s", list)
+	}
+}
+
+func TestBuildRefusesUnknownImagesAndPlatforms(t *testing.T) {
+	_, err := Build(context.Background(), testOptions(t, t.TempDir(), "nginx"))
+	if err == nil || !strings.Contains(err.Error(), `no image "nginx"`) || !strings.Contains(err.Error(), "stickydrain, drainctl") {
+		t.Errorf("an unknown image gave %v, want an error naming it and the known ones", err)
+	}
+	_, err = parseBuild([]string{"--platforms", "amd64"}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--platforms") {
+		t.Errorf("a platform without its OS gave %v, want an error naming --platforms", err)
+	}
+}
+
+func filesOf(t *testing.T, img v1.Image) map[string]*tar.Header {
+	t.Helper()
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	out := map[string]*tar.Header{}
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[h.Name] = h
+	}
+}
+
+func fileData(t *testing.T, img v1.Image, name string) []byte {
+	t.Helper()
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			t.Fatalf("no %s in the image: %v", name, err)
+		}
+		if h.Name == name {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+	}
+}
+
+// elfMachine reads the ELF header's machine field of a file in img.
+func elfMachine(t *testing.T, img v1.Image, name string) string {
+	t.Helper()
+	b := fileData(t, img, name)
+	if len(b) < 20 || string(b[1:4]) != "ELF" {
+		t.Fatalf("%s is not an ELF file", name)
+	}
+	switch uint16(b[18]) | uint16(b[19])<<8 {
+	case 62:
+		return "amd64"
+	case 183:
+		return "arm64"
+	}
+	return "unknown"
+}

@@ -21,6 +21,10 @@ done
 # test/e2e's haproxy-ingress runs Debian's HAProxy with Lua scripts that
 # need lua-json.
 [[ -e /usr/share/lua/5.3/json.lua || -e /usr/share/lua/5.3/json/init.lua ]] || need+=(lua-json)
+# The real-node tests: containerd (built from its module) runs containers with
+# Debian's runc and gives pods addresses with Debian's CNI plugins.
+command -v runc >/dev/null || need+=(runc)
+[[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] || need+=(containernetworking-plugins)
 for c in nsenter unshare mount; do
 	command -v "$c" >/dev/null || { need+=(util-linux mount); break; }
 done

@@ -61,7 +61,27 @@ type Options struct {
 	OwnSignals bool
 	// Log receives progress lines; nil discards them.
 	Log func(format string, args ...any)
+	// RealNode readies the control plane for a real kubelet (test/node)
+	// instead of registering Nodes: kube-scheduler runs; the API server
+	// listens on APIServerIP:443, which is also the ClusterIP of the
+	// "kubernetes" Service (the first of ServiceCIDR), so that pods reach it
+	// as KUBERNETES_SERVICE_HOST says with no kube-proxy; webhooks are
+	// called at their Services' endpoints (--enable-aggregator-routing);
+	// ServiceAccounts get tokens and kube-root-ca.crt. One such cluster
+	// runs on a machine at a time (a lock; the address is fixed).
+	RealNode bool
 }
+
+// The real node's addresses, all in the tests' own 198.18.0.0/15.
+const (
+	// ServiceCIDR is the Services' range when Options.RealNode is set.
+	ServiceCIDR = "198.19.255.0/24"
+	// APIServerIP is the first address of ServiceCIDR: the "kubernetes"
+	// Service's ClusterIP, held by the host on an interface of its own.
+	APIServerIP = "198.19.255.1"
+	// apiLink is the interface holding APIServerIP (a bridge: this kernel has no dummy links).
+	apiLink = "sdapi0"
+)
 
 // Cluster is a running control plane.
 type Cluster struct {
@@ -78,9 +98,17 @@ type Cluster struct {
 	// Nodes are the names of the registered Nodes.
 	Nodes []string
 
+	// CAPath is the file of the CA that signed the API server's serving
+	// certificate.
+	CAPath string
+	// BinDir holds the control-plane binaries (and the kubelet).
+	BinDir string
+
 	env      *envtest.Environment
 	kcm      *exec.Cmd
 	kcmDone  chan struct{}
+	sched    *exec.Cmd
+	realNode *os.File // the lock a real-node cluster holds
 	watchdog *exec.Cmd
 	sigCh    chan os.Signal
 	stopOnce sync.Once
@@ -118,7 +146,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating run directory: %w", err)
 	}
-	c = &Cluster{Dir: dir, kcmDone: make(chan struct{}), logf: logf}
+	c = &Cluster{Dir: dir, BinDir: binDir, kcmDone: make(chan struct{}), logf: logf}
 	defer func() {
 		if err != nil {
 			_ = c.Stop()
@@ -135,6 +163,14 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		c.handleSignals()
 	}
 
+	if opts.RealNode {
+		if c.realNode, err = lockRealNode(root); err != nil {
+			return c, err
+		}
+		if err := ensureAPILink(); err != nil {
+			return c, err
+		}
+	}
 	for _, sub := range []string{"etcd", "apiserver", "logs"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
 			return c, fmt.Errorf("creating %s directory: %w", sub, err)
@@ -158,9 +194,22 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	api := env.ControlPlane.GetAPIServer()
 	api.CertDir = filepath.Join(dir, "apiserver")
 	api.Out, api.Err = apiLog, apiLog
-	// Every admission plugin a real cluster runs by default, except
-	// ServiceAccount: no token controller runs, and pods here need none.
-	api.Configure().Set("disable-admission-plugins", "ServiceAccount")
+	if opts.RealNode {
+		api.SecureServing.Address, api.SecurePort = APIServerIP, 443
+		api.Configure().Set("service-cluster-ip-range", ServiceCIDR)
+		// Webhooks are called at an endpoint of their Service: no
+		// kube-proxy runs, and pod IPs are routable from the host.
+		api.Configure().Set("enable-aggregator-routing", "true")
+		// envtest switches ServiceAccount admission off; a real node's
+		// pods get their token volume from it.
+		api.Configure().Set("disable-admission-plugins", "")
+		api.Configure().Set("enable-admission-plugins", "ServiceAccount")
+	} else {
+		// Every admission plugin a real cluster runs by default, except
+		// ServiceAccount: no token controller runs, and podhost's pods need
+		// none.
+		api.Configure().Set("disable-admission-plugins", "ServiceAccount")
+	}
 	c.env = env
 
 	logf("starting etcd and kube-apiserver (%s)", binDir)
@@ -194,13 +243,33 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if c.Clientset, err = kubernetes.NewForConfig(c.Config); err != nil {
 		return c, fmt.Errorf("creating clientset: %w", err)
 	}
+	c.CAPath = filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(c.CAPath, api.SecureServing.CA, 0o644); err != nil {
+		return c, fmt.Errorf("writing the API server's CA: %w", err)
+	}
 
 	controllers := opts.Controllers
 	if len(controllers) == 0 {
 		controllers = DefaultControllers
 	}
-	if err := c.startControllerManager(ctx, binDir, controllers, opts.ControllerManagerArgs); err != nil {
+	kcmArgs := opts.ControllerManagerArgs
+	if opts.RealNode {
+		// Pods on a real node get a ServiceAccount token and the CA to
+		// check the API server with, as on any cluster.
+		controllers = append(append([]string(nil), controllers...), "serviceaccount-controller", "root-ca-certificate-publisher-controller",
+			// Lifts the not-ready taint the kubelet registers the Node with.
+			"node-lifecycle-controller")
+		kcmArgs = append(append([]string(nil), kcmArgs...), "--root-ca-file="+c.CAPath)
+	}
+	if err := c.startControllerManager(ctx, binDir, controllers, kcmArgs); err != nil {
 		return c, err
+	}
+	if opts.RealNode {
+		if err := c.startScheduler(binDir); err != nil {
+			return c, err
+		}
+		c.logf("control plane ready for a real node: kubeconfig %s", c.KubeconfigPath)
+		return c, nil
 	}
 
 	nodes := opts.Nodes
@@ -275,6 +344,60 @@ func (c *Cluster) startControllerManager(ctx context.Context, binDir string, con
 	}
 }
 
+// startScheduler runs kube-scheduler with the admin's kubeconfig.
+func (c *Cluster) startScheduler(binDir string) error {
+	logFile, err := os.Create(filepath.Join(c.Dir, "logs", "kube-scheduler.log"))
+	if err != nil {
+		return fmt.Errorf("creating kube-scheduler log: %w", err)
+	}
+	cmd := exec.Command(filepath.Join(binDir, "kube-scheduler"),
+		"--kubeconfig="+c.KubeconfigPath, "--leader-elect=false", "--secure-port=0", "--v=2")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	c.logf("starting kube-scheduler")
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("starting kube-scheduler: %w", err)
+	}
+	c.sched = cmd
+	c.appendPid(cmd.Process.Pid)
+	go func() { _ = cmd.Wait(); logFile.Close() }()
+	return nil
+}
+
+// lockRealNode takes the machine-wide lock of real-node clusters: their
+// API server address and port are fixed. It waits for another test's
+// cluster to stop.
+func lockRealNode(root string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(root, "real-node.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening the real-node lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("taking the real-node lock: %w", err)
+	}
+	return f, nil
+}
+
+// ensureAPILink gives the host APIServerIP on an interface of its own, a bridge without ports (kept
+// between runs: it holds nothing else).
+func ensureAPILink() error {
+	if out, err := exec.Command("ip", "-o", "addr", "show", "dev", apiLink).CombinedOutput(); err == nil && strings.Contains(string(out), APIServerIP+"/32") {
+		return nil
+	}
+	for _, argv := range [][]string{
+		{"ip", "link", "add", apiLink, "type", "bridge"},
+		{"ip", "addr", "add", APIServerIP + "/32", "dev", apiLink},
+		{"ip", "link", "set", apiLink, "up"},
+	} {
+		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil && !strings.Contains(string(out), "exists") {
+			return fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, out)
+		}
+	}
+	return nil
+}
+
 func (c *Cluster) registerNode(ctx context.Context, name string) error {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name:   name,
@@ -307,6 +430,9 @@ func (c *Cluster) registerNode(ctx context.Context, name string) error {
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
 		var errs []error
+		if c.sched != nil && c.sched.Process != nil {
+			_ = syscall.Kill(-c.sched.Process.Pid, syscall.SIGKILL)
+		}
 		if c.kcm != nil && c.kcm.Process != nil {
 			_ = syscall.Kill(-c.kcm.Process.Pid, syscall.SIGTERM)
 			select {
@@ -343,6 +469,9 @@ func (c *Cluster) Stop() error {
 			_ = c.watchdog.Process.Kill()
 			_ = c.watchdog.Wait()
 		}
+		if c.realNode != nil {
+			_ = c.realNode.Close() // and the lock with it
+		}
 		c.stopErr = errors.Join(errs...)
 	})
 	return c.stopErr
@@ -373,7 +502,10 @@ func (c *Cluster) AddUser(name string, groups ...string) (string, error) {
 // Logs returns the last n lines of each control-plane log, for failing tests.
 func (c *Cluster) Logs(n int) string {
 	var b strings.Builder
-	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		if _, err := os.Stat(filepath.Join(c.Dir, "logs", name+".log")); err != nil {
+			continue
+		}
 		fmt.Fprintf(&b, "--- %s (last %d lines)\n%s\n", name, n, tail(filepath.Join(c.Dir, "logs", name+".log"), n))
 	}
 	return b.String()

@@ -12,7 +12,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/stickydrain/stickydrain/test/haproxytest"
-	"github.com/stickydrain/stickydrain/test/podhost"
 )
 
 // TestRollingUpdateKeepsEverySession is the scenario of `make demo`,
@@ -23,18 +22,19 @@ import (
 func TestRollingUpdateKeepsEverySession(t *testing.T) {
 	vs := haproxytest.Versions(t)
 	for _, v := range vs {
-		t.Run(haproxytest.Flavour{Version: v}.Name(), func(t *testing.T) { rollingUpdate(t, haproxytest.Flavour{Version: v}) })
+		t.Run(haproxytest.Flavour{Version: v}.Name(), func(t *testing.T) { rollingUpdate(t, Options{HAProxy: haproxytest.Flavour{Version: v}}) })
 	}
 	if newest := vs[len(vs)-1]; newest.AtLeast(3, 0) {
 		fl := haproxytest.Flavour{Version: newest, Dynamic: true}
-		t.Run(fl.Name(), func(t *testing.T) { rollingUpdate(t, fl) })
+		t.Run(fl.Name(), func(t *testing.T) { rollingUpdate(t, Options{HAProxy: fl}) })
 	}
 }
 
-func rollingUpdate(t *testing.T, fl haproxytest.Flavour) {
+func rollingUpdate(t *testing.T, opts Options) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	env, err := Start(ctx, Options{Log: t.Logf, HAProxy: fl})
+	opts.Log = t.Logf
+	env, err := Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,6 +44,9 @@ func rollingUpdate(t *testing.T, fl haproxytest.Flavour) {
 		t.Fatal(err)
 	}
 	waitUntil(t, ctx, "3 ready v1 pods active on both HAProxy", func() bool { return env.Serving(ctx, "v1", replicas) })
+	if env.Node != nil {
+		drainctlCameFromItsImage(ctx, t, env)
+	}
 	obs := env.Observe(ctx, 100*time.Millisecond)
 	clients := env.StartClients(ctx, users, idle, obs)
 	time.Sleep(6 * time.Second)
@@ -113,25 +116,21 @@ func everySessionKept(t *testing.T, clients *Clients) Stats {
 // measured is logged.
 func preStopReturnedOnTime(ctx context.Context, t *testing.T, env *Env, clients *Clients, pod string) {
 	t.Helper()
-	start, err := env.Host.WaitFor(ctx, Namespace, pod, "app", podhost.StepPreStopStarted)
+	start, end, ok, err := env.PreStop(ctx, pod)
 	if err != nil {
 		t.Fatal(err)
 	}
-	end, err := env.Host.WaitFor(ctx, Namespace, pod, "app", podhost.StepPreStopFinished)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if end.ExitCode != 0 {
-		t.Errorf("%s: preStop exit %d, want 0 (drained: its sessions ended)", pod, end.ExitCode)
+	if !ok {
+		t.Errorf("%s: preStop failed or outlived the grace period, want exit 0 (drained: its sessions ended)", pod)
 	}
 	last := clients.LastSessionEnd(pod)
-	due := start.Time.Add(MinWait)
+	due := start.Add(MinWait)
 	if last.After(due) {
 		due = last
 	}
-	late := end.Time.Sub(due)
+	late := end.Sub(due)
 	t.Logf("%s: preStop waited %v; its last session ended %v after the preStop began; returned %v after that (or after min-wait)",
-		pod, end.Time.Sub(start.Time), last.Sub(start.Time), late)
+		pod, end.Sub(start), last.Sub(start), late)
 	if limit := PollInterval*11/10 + time.Second; late > limit {
 		t.Errorf("%s: preStop returned %v after its last session ended (or min-wait), want within one poll interval (%v, allowed %v)", pod, late, PollInterval, limit)
 	}
@@ -179,79 +178,88 @@ func waitUntil(t *testing.T, ctx context.Context, what string, cond func() bool)
 // goes through the Eviction API (as kubectl drain evicts) and when the
 // Deployment scales down.
 func TestEvictionAndScaleDownKeepEverySession(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		disrupt func(ctx context.Context, env *Env, victim string) error
-	}{
-		{"eviction", func(ctx context.Context, env *Env, victim string) error {
-			return env.Cluster.Clientset.PolicyV1().Evictions(Namespace).Evict(ctx, &policyv1.Eviction{
-				ObjectMeta: metav1.ObjectMeta{Name: victim, Namespace: Namespace}})
-		}},
-		{"scale-down", func(ctx context.Context, env *Env, _ string) error {
-			var d appsv1.Deployment
-			if err := env.Cluster.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: "web"}, &d); err != nil {
-				return err
-			}
-			d.Spec.Replicas = ptr.To[int32](2)
-			return env.Cluster.Client.Update(ctx, &d)
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-			defer cancel()
-			env, err := Start(ctx, Options{Log: t.Logf})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer env.Stop()
-			const idle = 8 * time.Second
-			if err := env.Deploy(ctx, 3, idle); err != nil {
-				t.Fatal(err)
-			}
-			waitUntil(t, ctx, "3 ready pods active on both HAProxy", func() bool { return env.Serving(ctx, "v1", 3) })
-			obs := env.Observe(ctx, 100*time.Millisecond)
-			clients := env.StartClients(ctx, 9, idle, obs)
-			var victim string
-			waitUntil(t, ctx, "a pod holding sessions", func() bool {
-				for _, p := range env.Pods(ctx) {
-					if p.Sessions > 0 {
-						victim = p.Name
-						return true
-					}
-				}
-				return false
-			})
-			if err := tc.disrupt(ctx, env, victim); err != nil {
-				t.Fatal(err)
-			}
-			waitUntil(t, ctx, "the disrupted pod gone", func() bool {
-				for _, r := range obs.Records() {
-					if !r.Gone.IsZero() && !r.RemovedFromLB.IsZero() {
-						return true
-					}
-				}
-				return false
-			})
-			clients.StopNewSessions()
-			s := clients.Stats()
-			t.Logf("clients: %+v", s)
-			for _, p := range clients.Problems() {
-				t.Errorf("problem: %s", p)
-			}
-			if s.Misrouted != 0 || s.Errors != 0 || s.SessionsKept != s.Sessions || s.NewOnDraining != 0 || s.ReloginsOnDraining != 0 {
-				t.Errorf("sessions not all kept: %+v", s)
-			}
-			recs := obs.Records()
-			if len(recs) != 1 {
-				t.Fatalf("%d pods terminated, want 1: %+v", len(recs), recs)
-			}
-			r := recs[0]
-			if r.Drained.IsZero() || r.ServerDroppedEarly || r.RemovedFromLB.Before(r.Gone) {
-				t.Errorf("drain of %s: %+v", r.Pod, r)
-			}
-			preStopReturnedOnTime(ctx, t, env, clients, r.Pod)
-		})
+	for _, tc := range disruptions {
+		t.Run(tc.name, func(t *testing.T) { disruptOne(t, Options{}, tc.disrupt) })
 	}
+}
+
+// disruptions take one pod away: through the Eviction API (as kubectl
+// drain evicts) and by scaling the Deployment down.
+var disruptions = []struct {
+	name    string
+	disrupt func(ctx context.Context, env *Env, victim string) error
+}{
+	{"eviction", func(ctx context.Context, env *Env, victim string) error {
+		return env.Cluster.Clientset.PolicyV1().Evictions(Namespace).Evict(ctx, &policyv1.Eviction{
+			ObjectMeta: metav1.ObjectMeta{Name: victim, Namespace: Namespace}})
+	}},
+	{"scale-down", func(ctx context.Context, env *Env, _ string) error {
+		var d appsv1.Deployment
+		if err := env.Cluster.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: "web"}, &d); err != nil {
+			return err
+		}
+		d.Spec.Replicas = ptr.To[int32](2)
+		return env.Cluster.Client.Update(ctx, &d)
+	}},
+}
+
+// disruptOne takes one pod holding sessions away with disrupt, users
+// holding sessions on every pod, and asserts what they saw.
+func disruptOne(t *testing.T, opts Options, disrupt func(ctx context.Context, env *Env, victim string) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	opts.Log = t.Logf
+	env, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	const idle = 8 * time.Second
+	if err := env.Deploy(ctx, 3, idle); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "3 ready pods active on both HAProxy", func() bool { return env.Serving(ctx, "v1", 3) })
+	obs := env.Observe(ctx, 100*time.Millisecond)
+	clients := env.StartClients(ctx, 9, idle, obs)
+	var victim string
+	waitUntil(t, ctx, "a pod holding sessions", func() bool {
+		for _, p := range env.Pods(ctx) {
+			if p.Sessions > 0 {
+				victim = p.Name
+				return true
+			}
+		}
+		return false
+	})
+	if err := disrupt(ctx, env, victim); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "the disrupted pod gone", func() bool {
+		for _, r := range obs.Records() {
+			if !r.Gone.IsZero() && !r.RemovedFromLB.IsZero() {
+				return true
+			}
+		}
+		return false
+	})
+	clients.StopNewSessions()
+	s := clients.Stats()
+	t.Logf("clients: %+v", s)
+	for _, p := range clients.Problems() {
+		t.Errorf("problem: %s", p)
+	}
+	if s.Misrouted != 0 || s.Errors != 0 || s.SessionsKept != s.Sessions || s.NewOnDraining != 0 || s.ReloginsOnDraining != 0 {
+		t.Errorf("sessions not all kept: %+v", s)
+	}
+	recs := obs.Records()
+	if len(recs) != 1 {
+		t.Fatalf("%d pods terminated, want 1: %+v", len(recs), recs)
+	}
+	r := recs[0]
+	if r.Drained.IsZero() || r.ServerDroppedEarly || r.RemovedFromLB.Before(r.Gone) {
+		t.Errorf("drain of %s: %+v", r.Pod, r)
+	}
+	preStopReturnedOnTime(ctx, t, env, clients, r.Pod)
 }
 
 // TestRolloutAlsoDrainsOnNGINXPlus maps the Service onto HAProxy and onto

@@ -30,6 +30,7 @@ import (
 	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
 	"github.com/stickydrain/stickydrain/test/nginxplus"
+	"github.com/stickydrain/stickydrain/test/node"
 	"github.com/stickydrain/stickydrain/test/podhost"
 	"github.com/stickydrain/stickydrain/test/proc"
 	"github.com/stickydrain/stickydrain/test/tcpfront"
@@ -43,7 +44,11 @@ const DrainctlImage = "ghcr.io/stickydrain/drainctl:e2e"
 // Env is everything running.
 type Env struct {
 	Cluster *cluster.Cluster
-	Host    *podhost.Host
+	// Host runs the pods, unless Options.Node asked for the real node.
+	Host *podhost.Host
+	// Node is the real kubelet on containerd running the pods from the
+	// images built here, when Options.Node asks for it.
+	Node    *node.Node
 	HAProxy []*haproxytest.HAProxy
 	// Front stands before the HAProxy instances as a cloud load balancer
 	// or a Service would: users connect to it, and it sends each new
@@ -82,6 +87,10 @@ type Env struct {
 	ingressKubeconfig string
 	procs             []*proc.Proc
 	cleanup           []func()
+	// appImage and drainctlImage are the images pods name: podhost's
+	// names for its binaries, or the images built and imported on the
+	// real node.
+	appImage, drainctlImage string
 }
 
 // Options configure Start.
@@ -100,6 +109,10 @@ type Options struct {
 	// instead of the HAProxy instances and the stickydrain controller:
 	// the webhook alone, as a webhook-only install.
 	Ingress Ingress
+	// Node runs the pods on a real node (test/node: kubelet, containerd,
+	// runc) from images built by tools/images, the injected init container
+	// copying drainctl from the drainctl image; podhost otherwise.
+	Node bool
 }
 
 func repoRoot() string {
@@ -118,7 +131,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
-	env = &Env{Dir: dir, log: logf, bins: testbin.New(), flavour: opts.HAProxy}
+	env = &Env{Dir: dir, log: logf, bins: testbin.New(), flavour: opts.HAProxy, appImage: "sessionapp", drainctlImage: DrainctlImage}
 	defer func() {
 		if err != nil {
 			env.Stop()
@@ -136,16 +149,33 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 		built[pkg] = p
 	}
 	env.built = built
+	var imgs map[string]node.Image
+	if opts.Node {
+		logf("building the images (pause, sessionapp, drainctl) …")
+		if imgs, err = node.BuildImages(ctx, filepath.Join(dir, "images"), logf, "pause", "sessionapp", "drainctl"); err != nil {
+			return env, err
+		}
+		env.appImage, env.drainctlImage = imgs["sessionapp"].Ref, imgs["drainctl"].Ref
+	}
 	logf("starting the control plane (etcd, kube-apiserver, kube-controller-manager; the first run builds them, ~17 min) …")
-	env.Cluster, err = cluster.Start(ctx, cluster.Options{Log: logf, OwnSignals: opts.OwnSignals})
+	env.Cluster, err = cluster.Start(ctx, cluster.Options{Log: logf, OwnSignals: opts.OwnSignals, RealNode: opts.Node})
 	if err != nil {
 		return env, err
 	}
-	logf("starting the pod host (network namespaces on a bridge in 198.18.0.0/15) …")
-	env.Host, err = podhost.Start(ctx, podhost.Options{Clientset: env.Cluster.Clientset, Nodes: env.Cluster.Nodes,
-		Images: map[string]string{"sessionapp": built["test/sessionapp/cmd/sessionapp"], DrainctlImage: built["drainctl"]}})
-	if err != nil {
-		return env, err
+	if opts.Node {
+		logf("starting the node (containerd, runc, kubelet; pods on a bridge in %s) …", node.PodCIDR)
+		env.Node, err = node.Start(ctx, node.Options{Cluster: env.Cluster, Log: logf, SandboxImage: imgs["pause"].Ref,
+			Images: []string{imgs["pause"].Tarball, imgs["sessionapp"].Tarball, imgs["drainctl"].Tarball}})
+		if err != nil {
+			return env, err
+		}
+	} else {
+		logf("starting the pod host (network namespaces on a bridge in 198.18.0.0/15) …")
+		env.Host, err = podhost.Start(ctx, podhost.Options{Clientset: env.Cluster.Clientset, Nodes: env.Cluster.Nodes,
+			Images: map[string]string{"sessionapp": built["test/sessionapp/cmd/sessionapp"], DrainctlImage: built["drainctl"]}})
+		if err != nil {
+			return env, err
+		}
 	}
 	if opts.Ingress != "" {
 		logf("starting the webhook …")
@@ -217,6 +247,11 @@ func (e *Env) Stop() {
 	if e.Host != nil {
 		_ = e.Host.Stop()
 	}
+	if e.Node != nil {
+		if err := e.Node.Stop(); err != nil {
+			e.log("stopping the node: %v", err)
+		}
+	}
 	if e.Cluster != nil {
 		_ = e.Cluster.Stop()
 	}
@@ -272,7 +307,7 @@ func (e *Env) startWebhook(ctx context.Context, bin string) error {
 	if err != nil {
 		return err
 	}
-	w, err := StartWebhook(ctx, bin, kubeconfig, e.Dir, DrainctlImage)
+	w, err := StartWebhook(ctx, bin, kubeconfig, e.Dir, e.drainctlImage)
 	if err != nil {
 		return err
 	}
@@ -465,4 +500,28 @@ func (e *Env) writeControllerConfig() error {
 		}
 	}
 	return nil
+}
+
+// PreStop waits for pod's app container's preStop hook to end and returns
+// when it began and ended and whether it ended well (exit 0 within the
+// grace period): podhost's record, or on the real node the kubelet's own
+// (its log).
+func (e *Env) PreStop(ctx context.Context, pod string) (start, end time.Time, ok bool, err error) {
+	if e.Node != nil {
+		h, err := e.Node.PreStop(ctx, Namespace, pod, "app")
+		if err != nil {
+			return time.Time{}, time.Time{}, false, err
+		}
+		e.log("%s: the kubelet ran preStop for %v, then SIGTERM with %d s of grace left", pod, h.Ended.Sub(h.Started).Round(time.Millisecond), h.GracePeriod)
+		return h.Started, h.Ended, h.Completed && !h.Failed, nil
+	}
+	s, err := e.Host.WaitFor(ctx, Namespace, pod, "app", podhost.StepPreStopStarted)
+	if err != nil {
+		return time.Time{}, time.Time{}, false, err
+	}
+	f, err := e.Host.WaitFor(ctx, Namespace, pod, "app", podhost.StepPreStopFinished)
+	if err != nil {
+		return time.Time{}, time.Time{}, false, err
+	}
+	return s.Time, f.Time, f.ExitCode == 0, nil
 }

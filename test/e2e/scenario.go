@@ -82,7 +82,7 @@ func (e *Env) Deploy(ctx context.Context, replicas int32, idle time.Duration) er
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "app", Image: "sessionapp",
+					Name: "app", Image: e.appImage,
 					Args:  []string{"--listen=:8080", "--pod=$(POD_NAME)", "--version=v1", "--idle-timeout=" + idle.String()},
 					Env:   []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
 					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},

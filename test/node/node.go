@@ -423,7 +423,8 @@ func (n *Node) startKubelet(ctx context.Context) error {
 		"--root-dir="+n.path("kubelet"),
 		"--hostname-override="+n.Name,
 		"--node-ip="+cluster.APIServerIP,
-		"--v=2",
+		// 3 logs each preStop hook's start and end: the record PreStop reads.
+		"--v=3",
 	)
 	if err != nil {
 		return err

@@ -1,0 +1,50 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/stickydrain/stickydrain/test/haproxytest"
+)
+
+// TestRealNodeKeepsEverySession runs the rollout, the eviction and the
+// scale-down on a real node (test/node: the kubelet on containerd and runc)
+// instead of podhost: the session app from its image (no shell in it),
+// drainctl copied by the injected init container from the drainctl image,
+// the preStop hook run by the kubelet; the users behind the HAProxy
+// instances outside the cluster, as everywhere else, on the newest HAProxy
+// in slot mode (the sample's). The same assertions as on podhost, and the
+// preStop's timing from the kubelet's own log.
+func TestRealNodeKeepsEverySession(t *testing.T) {
+	vs := haproxytest.Versions(t)
+	opts := Options{Node: true, HAProxy: haproxytest.Flavour{Version: vs[len(vs)-1]}}
+	t.Run("rollout", func(t *testing.T) { rollingUpdate(t, opts) })
+	for _, tc := range disruptions {
+		t.Run(tc.name, func(t *testing.T) { disruptOne(t, opts, tc.disrupt) })
+	}
+}
+
+// drainctlCameFromItsImage asserts that every pod of the app ran the
+// injected init container from the drainctl image, to its end (exit 0),
+// before its app container: what the webhook promises a pod whose image has
+// no drainctl (nor a shell to copy it with).
+func drainctlCameFromItsImage(ctx context.Context, t *testing.T, env *Env) {
+	t.Helper()
+	var pods corev1.PodList
+	if err := env.Cluster.Client.List(ctx, &pods, client.InNamespace(Namespace), client.MatchingLabels{"app": "web"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if len(p.Spec.InitContainers) == 0 || p.Spec.InitContainers[0].Image != env.drainctlImage {
+			t.Errorf("%s: no init container from %s: %+v", p.Name, env.drainctlImage, p.Spec.InitContainers)
+			continue
+		}
+		st := p.Status.InitContainerStatuses
+		if len(st) == 0 || st[0].State.Terminated == nil || st[0].State.Terminated.ExitCode != 0 {
+			t.Errorf("%s: the drainctl init container did not end with exit 0: %+v", p.Name, st)
+		}
+	}
+}

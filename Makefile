@@ -19,8 +19,9 @@ help: ## Show this help, grouped.
 	  /^[a-zA-Z0-9_.-]+:.*?##/ { printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 .PHONY: demo
-demo: deps k8s-bins ## Run the rolling-update demo on a local control plane (root; Ctrl-C cleans up); LB=haproxy-ingress or LB=traefik runs it behind that ingress.
-	STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" $(GO) run ./test/e2e/cmd/demo --lb=$(or $(LB),haproxy)
+demo: deps k8s-bins ## Run the rolling-update demo on a local control plane (root; Ctrl-C cleans up); LB=haproxy-ingress or LB=traefik runs it behind that ingress; NODE=real on a real kubelet, containerd and runc.
+	STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" $(if $(filter real,$(NODE)),STICKYDRAIN_CONTAINERD="$$(test/tools/containerd.sh)") \
+	  $(GO) run ./test/e2e/cmd/demo --lb=$(or $(LB),haproxy) --node=$(or $(NODE),podhost)
 
 ##@ Development
 
@@ -51,25 +52,30 @@ fmt: ## Format all Go code with gofmt.
 vet: ## Run go vet on both modules.
 	$(GO) vet ./...
 	cd test/tools && $(GO) vet -tags tools ./...
+	cd tools/images && $(GO) vet ./...
 
 .PHONY: lint
 lint: ## gofmt check, go vet and staticcheck.
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd tools/images && $(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 ##@ Testing
 
 .PHONY: test
-test: deps test-parts ## Unit, integration and end-to-end tests (-race) on a real local control plane, against HAProxy 2.6, 3.0 and 3.2, haproxy-ingress and Traefik.
+test: deps test-parts ## Unit, integration and end-to-end tests (-race) on a real local control plane, against HAProxy 2.6, 3.0 and 3.2, haproxy-ingress and Traefik, and on a real node (kubelet, containerd, runc).
+	@# The image builder is a module of its own (go-containerregistry).
+	cd tools/images && $(GO) test -race -count=1 ./...
 	@# One package at a time: several control planes, pod hosts and
 	@# HAProxy pairs at once on 2 cores starve readiness probes.
 	STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" STICKYDRAIN_HAPROXY="$$(test/tools/haproxy.sh)" \
-	  STICKYDRAIN_PEERS="$$(test/peers/build.sh)" $(GO) test -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	  STICKYDRAIN_PEERS="$$(test/peers/build.sh)" STICKYDRAIN_CONTAINERD="$$(test/tools/containerd.sh)" \
+	  $(GO) test -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 .PHONY: test-parts
-test-parts: deps ## Build what the tests run (control plane, HAProxy versions, ingress controllers) at once: cold, their downloads and links overlap the others' compiles.
-	@$(MAKE) --no-print-directory -j3 k8s-bins haproxy-versions peers
+test-parts: deps ## Build what the tests run (control plane and kubelet, containerd, HAProxy versions, ingress controllers) at once: cold, their downloads and links overlap the others' compiles.
+	@$(MAKE) --no-print-directory -j4 k8s-bins containerd haproxy-versions peers
 
 .PHONY: soak
 soak: deps k8s-bins ## Chaos soak: sticky users, rollouts and random faults for DURATION (default 30m; make test runs 2m) on HAPROXY (default the newest, slots; e.g. HAPROXY=haproxy-3.2-dynamic).
@@ -102,8 +108,12 @@ deps: ## Install what the tests need on a fresh machine (Debian packages).
 	@bash test/deps.sh
 
 .PHONY: k8s-bins
-k8s-bins: ## Build etcd, kube-apiserver, kube-controller-manager into the cache (~17 min cold).
+k8s-bins: ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubelet into the cache (~16 min cold).
 	@dir="$$(test/tools/build.sh)" && echo "control-plane binaries: $$dir"
+
+.PHONY: containerd
+containerd: deps ## Build containerd, its runc shim and ctr (2.4.2, from its module) into the cache, for the real node (~3 min cold).
+	@dir="$$(test/tools/containerd.sh)" && echo "containerd: $$dir"
 
 .PHONY: haproxy-versions
 haproxy-versions: deps ## Provide HAProxy 3.0 (built from source, ~80 s cold) and 3.2 (Debian forky's) beside Debian's 2.6, in the cache.

@@ -24,20 +24,31 @@ const (
 	idle     = 10 * time.Second
 )
 
-const synopsis = `demo [--lb haproxy|haproxy-ingress|traefik]
+const synopsis = `demo [--lb haproxy|haproxy-ingress|traefik] [--node podhost|real]
 
 A rolling update of a session-bound app on a local control plane, with
 users holding sessions all along: behind two HAProxy instances that the
 stickydrain controller drains (the default), or behind haproxy-ingress or
-Traefik with the webhook alone (built from source on first use). Needs root.`
+Traefik with the webhook alone (built from source on first use). The pods
+run under the tests' pod host (the default), or with --node real on a real
+kubelet, containerd and runc from the images built here. Needs root.`
 
 func main() {
 	fs := cmdline.New("demo")
 	lb := fs.String("lb", "haproxy", "the proxy before the pods: haproxy (two instances and the stickydrain controller), haproxy-ingress or traefik (the webhook alone)")
+	nodeKind := fs.String("node", "podhost", "what runs the pods: podhost (the tests' kubelet stand-in) or real (a kubelet on containerd and runc, from images built here)")
 	if status, ok := cmdline.Parse(fs, synopsis, os.Args[1:], os.Stdout, os.Stderr); !ok {
 		os.Exit(status)
 	}
 	opts := e2e.Options{Log: say, OwnSignals: true}
+	switch *nodeKind {
+	case "podhost":
+	case "real":
+		opts.Node = true
+	default:
+		fmt.Fprintf(os.Stderr, "demo: --node: %q is not one of podhost, real\n", *nodeKind)
+		os.Exit(cmdline.ExitUsage)
+	}
 	switch *lb {
 	case "haproxy":
 	case string(e2e.HAProxyIngress), string(e2e.Traefik):
@@ -67,7 +78,11 @@ func run(opts e2e.Options) int {
 	if opts.Ingress != "" {
 		front = string(opts.Ingress) + " (the webhook alone, no stickydrain controller)"
 	}
-	say("stickydrain demo: a rolling update of a session-bound app behind %s", front)
+	where := "pods under the pod host"
+	if opts.Node {
+		where = "pods on a real kubelet, containerd and runc"
+	}
+	say("stickydrain demo: a rolling update of a session-bound app behind %s, %s", front, where)
 	env, err := e2e.Start(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)

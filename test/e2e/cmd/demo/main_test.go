@@ -49,6 +49,10 @@ func TestTheDemosCommandLine(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), `--lb: "nginx" is not one of haproxy, haproxy-ingress, traefik`) {
 		t.Errorf("--lb nginx: %v\n%s", err, out)
 	}
+	out, err = exec.Command(bin, "--node", "kind").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), `--node: "kind" is not one of podhost, real`) {
+		t.Errorf("--node kind: %v\n%s", err, out)
+	}
 	out, err = exec.Command(bin, "--help").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "--lb string") {
 		t.Errorf("--help: %v\n%s", err, out)

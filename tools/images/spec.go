@@ -70,6 +70,13 @@ func Images() []Image {
 			Test:        true,
 		},
 		{
+			Name:        "cert-manager",
+			Description: "cert-manager's certificate controllers and CA injector (a thin main over cert-manager's packages) for stickydrain's real-node tests",
+			Binaries:    []Binary{{Module: "test/tools/certmanager", Package: "./cmd/cert-manager", Path: "/cert-manager"}},
+			Entrypoint:  []string{"/cert-manager"},
+			Test:        true,
+		},
+		{
 			Name:        "pause",
 			Description: "the sandbox process of stickydrain's real-node tests",
 			Binaries:    []Binary{{Package: "./test/pause", Path: "/pause"}},

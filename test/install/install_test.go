@@ -1,0 +1,514 @@
+// Package install installs stickydrain as a user does, on the real node
+// (test/node): cert-manager running for real (its controllers and CA
+// injector, test/tools/certmanager) issues the webhook's certificate and
+// injects its CA, and manifests/default, with the images replaced by the
+// ones built here, runs the webhook and the controller as pods that the API
+// server reaches through their Services.
+package install
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/stickydrain/stickydrain/test/cluster"
+	"github.com/stickydrain/stickydrain/test/manifests"
+	"github.com/stickydrain/stickydrain/test/node"
+)
+
+const (
+	system = "stickydrain-system"
+	appNS  = "shop"
+)
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// env is the installed cluster.
+type env struct {
+	c    *cluster.Cluster
+	n    *node.Node
+	imgs map[string]node.Image
+}
+
+func start(t *testing.T, ctx context.Context) *env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a control plane and a real node (-short)")
+	}
+	imgs, err := node.BuildImages(ctx, t.TempDir(), t.Logf, "pause", "sessionapp", "drainctl", "stickydrain", "cert-manager")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cluster.StartT(t, cluster.Options{RealNode: true})
+	var tars []string
+	for _, i := range imgs {
+		tars = append(tars, i.Tarball)
+	}
+	sort.Strings(tars)
+	n, err := node.Start(ctx, node.Options{Cluster: c, Log: t.Logf, Images: tars, SandboxImage: imgs["pause"].Ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(n.Logs(40))
+			dumpPods(t, c)
+		}
+		if err := n.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return &env{c: c, n: n, imgs: imgs}
+}
+
+// TestInstallOnTheRealNode: cert-manager issues the webhook's certificate
+// and injects its CA into both webhook configurations; manifests/default
+// runs the webhook (two replicas) and the controller from the stickydrain
+// image; the API server calls the webhook through its Service; an
+// opted-in app whose image has no shell gets drainctl from the drainctl
+// image and its preStop runs on the kubelet; a pod with a native sidecar
+// and a Secret volume is injected and drained the same way; and with one
+// webhook pod deleted in the middle of a rollout, every new pod is still
+// injected (the other replica answers; failurePolicy Fail would refuse the
+// pods if none did).
+func TestInstallOnTheRealNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	e := start(t, ctx)
+
+	e.installCertManager(t, ctx)
+	e.installStickydrain(t, ctx)
+
+	// The certificate cert-manager issued, and its CA in both webhook
+	// configurations (cainjector).
+	var secret corev1.Secret
+	waitFor(t, ctx, "cert-manager to issue stickydrain-webhook-tls", func() bool {
+		return e.c.Client.Get(ctx, types.NamespacedName{Namespace: system, Name: "stickydrain-webhook-tls"}, &secret) == nil && len(secret.Data["tls.crt"]) > 0
+	})
+	ca := secret.Data["ca.crt"]
+	if len(ca) == 0 {
+		t.Fatalf("the issued Secret has no ca.crt: %v", keys(secret.Data))
+	}
+	waitFor(t, ctx, "the CA injected into both webhook configurations", func() bool {
+		var m admissionv1.MutatingWebhookConfigurationList
+		var v admissionv1.ValidatingWebhookConfigurationList
+		if e.c.Client.List(ctx, &m) != nil || e.c.Client.List(ctx, &v) != nil || len(m.Items) == 0 || len(v.Items) == 0 {
+			return false
+		}
+		for _, c := range m.Items {
+			for _, w := range c.Webhooks {
+				if string(w.ClientConfig.CABundle) != string(ca) {
+					return false
+				}
+			}
+		}
+		for _, c := range v.Items {
+			for _, w := range c.Webhooks {
+				if string(w.ClientConfig.CABundle) != string(ca) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	for _, d := range []string{"stickydrain-webhook", "stickydrain-controller"} {
+		waitAvailable(t, ctx, e.c, system, d)
+	}
+
+	// An opted-in app from an image without a shell.
+	e.deployApp(t, ctx, "web", false)
+	waitAvailable(t, ctx, e.c, appNS, "web")
+	e.assertInjected(t, ctx, "web")
+
+	// One webhook pod deleted, and at once a rollout: the other replica
+	// answers, every new pod is injected.
+	var hooks corev1.PodList
+	if err := e.c.Client.List(ctx, &hooks, client.InNamespace(system), client.MatchingLabels{"app.kubernetes.io/name": "stickydrain-webhook"}); err != nil || len(hooks.Items) != 2 {
+		t.Fatalf("webhook pods: %v, %d", err, len(hooks.Items))
+	}
+	if err := e.c.Client.Delete(ctx, &hooks.Items[0]); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("deleted webhook pod %s; rolling the app", hooks.Items[0].Name)
+	var d appsv1.Deployment
+	if err := e.c.Client.Get(ctx, types.NamespacedName{Namespace: appNS, Name: "web"}, &d); err != nil {
+		t.Fatal(err)
+	}
+	d.Spec.Template.Spec.Containers[0].Args = append(d.Spec.Template.Spec.Containers[0].Args, "--version=v2")
+	if err := e.c.Client.Update(ctx, &d); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the rollout to v2", func() bool {
+		var pods corev1.PodList
+		if e.c.Client.List(ctx, &pods, client.InNamespace(appNS), client.MatchingLabels{"app": "web"}) != nil {
+			return false
+		}
+		n := 0
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil || !strings.Contains(strings.Join(p.Spec.Containers[0].Args, " "), "--version=v2") || !ready(&p) {
+				return false
+			}
+			n++
+		}
+		return n == 2
+	})
+	e.assertInjected(t, ctx, "web")
+	var events corev1.EventList
+	if err := e.c.Client.List(ctx, &events, client.InNamespace(appNS)); err == nil {
+		for _, ev := range events.Items {
+			if ev.Reason == "FailedCreate" {
+				t.Errorf("a pod was refused during the rollout: %s", ev.Message)
+			}
+		}
+	}
+
+	// A native sidecar and a Secret volume: what podhost cannot run.
+	e.deployApp(t, ctx, "sidecar", true)
+	waitAvailable(t, ctx, e.c, appNS, "sidecar")
+	e.assertInjected(t, ctx, "sidecar")
+
+	// Each app's pods drain on the kubelet: the preStop hook (drainctl wait,
+	// no sessions: it returns after min-wait) ran to its end and SIGTERM
+	// followed with the grace period's rest.
+	for _, app := range []string{"web", "sidecar"} {
+		var pods corev1.PodList
+		if err := e.c.Client.List(ctx, &pods, client.InNamespace(appNS), client.MatchingLabels{"app": app}); err != nil || len(pods.Items) == 0 {
+			t.Fatalf("%s pods: %v", app, err)
+		}
+		p := pods.Items[0]
+		if err := e.c.Client.Delete(ctx, &p); err != nil {
+			t.Fatal(err)
+		}
+		h, err := e.n.PreStop(ctx, appNS, p.Name, "app")
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := h.Ended.Sub(h.Started)
+		t.Logf("%s: the kubelet ran preStop for %v, then SIGTERM with %d s of grace left", p.Name, took.Round(time.Millisecond), h.GracePeriod)
+		if !h.Completed || h.Failed {
+			t.Errorf("%s: preStop completed=%v failed=%v, want it to end well", p.Name, h.Completed, h.Failed)
+		}
+		if took < 3*time.Second-100*time.Millisecond || took > 15*time.Second {
+			t.Errorf("%s: preStop took %v, want about min-wait (3s)", p.Name, took)
+		}
+		if grace := ptr.Deref(p.Spec.TerminationGracePeriodSeconds, 0); h.GracePeriod < 2 || h.GracePeriod > grace {
+			t.Errorf("%s: SIGTERM with %d s of grace left of %d", p.Name, h.GracePeriod, grace)
+		}
+	}
+}
+
+// installCertManager applies cert-manager's CRDs (from the module the thin
+// main is built from) and runs it as a pod with a ServiceAccount bound to
+// cluster-admin (its own install ships finer roles; the test does not test
+// cert-manager's RBAC).
+func (e *env) installCertManager(t *testing.T, ctx context.Context) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager")
+	cmd.Dir = filepath.Join(repoRoot(), "test", "tools", "certmanager")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("locating cert-manager's module: %v", err)
+	}
+	crds, err := filepath.Glob(filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds", "*.yaml"))
+	if err != nil || len(crds) == 0 {
+		t.Fatalf("cert-manager's CRDs: %v", err)
+	}
+	files, err := manifests.CRDFiles(ctx) // the ServiceMonitor CRD manifests/default needs
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range append(crds, files[len(files)-1]) {
+		applyFile(t, ctx, e.c, f)
+	}
+	const ns = "cert-manager"
+	labels := map[string]string{"app": "cert-manager"}
+	for _, o := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "cert-manager", Namespace: ns}},
+		&rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "cert-manager-test"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "cert-manager", Namespace: ns}},
+		},
+		&appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "cert-manager", Namespace: ns},
+			Spec: appsv1.DeploymentSpec{
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{
+						ServiceAccountName: "cert-manager",
+						Containers: []corev1.Container{{
+							Name: "cert-manager", Image: e.imgs["cert-manager"].Ref, ImagePullPolicy: corev1.PullIfNotPresent,
+							Args: []string{"--v=2"},
+						}},
+					},
+				},
+			},
+		},
+	} {
+		if err := e.c.Client.Create(ctx, o); err != nil {
+			t.Fatalf("cert-manager: %v", err)
+		}
+	}
+	waitAvailable(t, ctx, e.c, ns, "cert-manager")
+}
+
+// installStickydrain applies manifests/default through an overlay that
+// replaces the images, as a user mirroring them writes it, and the
+// --drainctl-image argument (kustomize's images: does not reach it).
+func (e *env) installStickydrain(t *testing.T, ctx context.Context) {
+	t.Helper()
+	overlay := t.TempDir()
+	// kustomize takes a relative path to the base, as an overlay in a
+	// user's repository names it.
+	base, err := filepath.Rel(overlay, manifests.Dir("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := strings.TrimPrefix(e.imgs["stickydrain"].Ref, node.ImageRepo+"/stickydrain:")
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%q]\nimages:\n  - {name: %s/stickydrain, newTag: %s}\n",
+		base, node.ImageRepo, tag)
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := manifests.Render(overlay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Namespaces first, then everything else in the rendered order.
+	sort.SliceStable(objs, func(i, j int) bool { return objs[i].GetKind() == "Namespace" && objs[j].GetKind() != "Namespace" })
+	for _, o := range objs {
+		if o.GetKind() == "Deployment" && o.GetName() == "stickydrain-webhook" {
+			setDrainctlImage(t, o, e.imgs["drainctl"].Ref)
+		}
+		if err := e.c.Client.Create(ctx, o); err != nil {
+			t.Fatalf("applying %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+}
+
+func setDrainctlImage(t *testing.T, o *unstructured.Unstructured, ref string) {
+	t.Helper()
+	cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+	found := false
+	for _, c := range cs {
+		m := c.(map[string]any)
+		args, _ := m["args"].([]any)
+		for i, a := range args {
+			if s, _ := a.(string); strings.HasPrefix(s, "--drainctl-image=") {
+				args[i] = "--drainctl-image=" + ref
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Fatal("the webhook Deployment has no --drainctl-image argument")
+	}
+	if err := unstructured.SetNestedSlice(o.Object, cs, "spec", "template", "spec", "containers"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deployApp opts the namespace in (once) and deploys two replicas of the
+// session app; withSidecar adds a native sidecar (an init container that
+// keeps running) and a Secret volume.
+func (e *env) deployApp(t *testing.T, ctx context.Context, name string, withSidecar bool) {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name:   appNS,
+		Labels: map[string]string{"stickydrain.io/drain": "enabled"},
+		Annotations: map[string]string{
+			"stickydrain.io/url": "http://localhost:8080/sessions", "stickydrain.io/format": "number",
+			"stickydrain.io/interval": "1s", "stickydrain.io/min-wait": "3s", "stickydrain.io/max-wait": "5m",
+		},
+	}}
+	if err := e.c.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": name}
+	spec := corev1.PodSpec{Containers: []corev1.Container{{
+		Name: "app", Image: e.imgs["sessionapp"].Ref,
+		Args:           []string{"--listen=:8080", "--pod=$(POD_NAME)"},
+		Env:            []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+		Ports:          []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+		ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intOrString("http")}}},
+	}}}
+	if withSidecar {
+		if err := e.c.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "app-secret", Namespace: appNS}, StringData: map[string]string{"password": "s3cret"}}); err != nil {
+			t.Fatal(err)
+		}
+		spec.InitContainers = []corev1.Container{{
+			Name: "proxy", Image: e.imgs["sessionapp"].Ref, RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+			Args: []string{"--listen=:9090", "--pod=sidecar"},
+		}}
+		spec.Volumes = []corev1.Volume{{Name: "secret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "app-secret"}}}}
+		spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "secret", MountPath: "/etc/app", ReadOnly: true}}
+	}
+	if err := e.c.Client.Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: appNS},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// assertInjected checks every running pod of app: the init container from
+// the drainctl image ran to exit 0, the app container has the preStop
+// drainctl wait, the grace period covers max-wait, and the sidecar (if
+// any) is left alone and running.
+func (e *env) assertInjected(t *testing.T, ctx context.Context, app string) {
+	t.Helper()
+	var pods corev1.PodList
+	if err := e.c.Client.List(ctx, &pods, client.InNamespace(appNS), client.MatchingLabels{"app": app}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		var installer *corev1.Container
+		for i, c := range p.Spec.InitContainers {
+			if c.Image == e.imgs["drainctl"].Ref {
+				installer = &p.Spec.InitContainers[i]
+			}
+		}
+		if installer == nil {
+			t.Errorf("%s: no init container from %s", p.Name, e.imgs["drainctl"].Ref)
+			continue
+		}
+		for _, st := range p.Status.InitContainerStatuses {
+			if st.Name == installer.Name && (st.State.Terminated == nil || st.State.Terminated.ExitCode != 0) {
+				t.Errorf("%s: the drainctl init container did not end with exit 0: %+v", p.Name, st.State)
+			}
+			if st.Name == "proxy" && (st.Started == nil || !*st.Started) {
+				t.Errorf("%s: the native sidecar is not running: %+v", p.Name, st.State)
+			}
+		}
+		app := p.Spec.Containers[0]
+		if app.Lifecycle == nil || app.Lifecycle.PreStop == nil || app.Lifecycle.PreStop.Exec == nil || !strings.Contains(strings.Join(app.Lifecycle.PreStop.Exec.Command, " "), "wait") {
+			t.Errorf("%s: the app container has no drainctl wait preStop: %+v", p.Name, app.Lifecycle)
+		}
+		if g := ptr.Deref(p.Spec.TerminationGracePeriodSeconds, 0); g < 300 {
+			t.Errorf("%s: grace period %d s, want at least max-wait (300 s)", p.Name, g)
+		}
+		for _, c := range p.Spec.InitContainers {
+			if c.Name == "proxy" && c.Lifecycle != nil {
+				t.Errorf("%s: the sidecar got a lifecycle hook: %+v", p.Name, c.Lifecycle)
+			}
+		}
+	}
+}
+
+func applyFile(t *testing.T, ctx context.Context, c *cluster.Cluster, path string) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(raw), "\n---") {
+		var u unstructured.Unstructured
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if err := c.Client.Create(ctx, &u); err != nil {
+			t.Fatalf("%s: %s %s: %v", path, u.GetKind(), u.GetName(), err)
+		}
+	}
+}
+
+func waitAvailable(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name string) {
+	t.Helper()
+	waitFor(t, ctx, "Deployment "+ns+"/"+name+" available", func() bool {
+		var d appsv1.Deployment
+		if c.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &d) != nil {
+			return false
+		}
+		want := ptr.Deref(d.Spec.Replicas, 1)
+		return d.Status.ObservedGeneration == d.Generation && d.Status.UpdatedReplicas == want && d.Status.AvailableReplicas == want && d.Status.Replicas == want
+	})
+}
+
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	t.Logf("%s after %v", what, time.Since(start).Round(100*time.Millisecond))
+}
+
+func ready(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+func keys(m map[string][]byte) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// dumpPods logs every pod's phase and container states, for a failing test.
+func dumpPods(t *testing.T, c *cluster.Cluster) {
+	var pods corev1.PodList
+	if err := c.Client.List(context.Background(), &pods); err != nil {
+		return
+	}
+	for _, p := range pods.Items {
+		st, _ := json.Marshal(p.Status.ContainerStatuses)
+		t.Logf("pod %s/%s %s on %q: %s", p.Namespace, p.Name, p.Status.Phase, p.Spec.NodeName, st)
+	}
+	var events corev1.EventList
+	if err := c.Client.List(context.Background(), &events); err == nil {
+		for _, e := range events.Items {
+			if e.Type == corev1.EventTypeWarning {
+				t.Logf("event %s/%s %s: %s", e.Namespace, e.InvolvedObject.Name, e.Reason, e.Message)
+			}
+		}
+	}
+}
+
+func intOrString(name string) intstr.IntOrString { return intstr.FromString(name) }

@@ -29,6 +29,7 @@ import (
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
+	"github.com/stickydrain/stickydrain/test/install"
 	"github.com/stickydrain/stickydrain/test/nginxplus"
 	"github.com/stickydrain/stickydrain/test/node"
 	"github.com/stickydrain/stickydrain/test/podhost"
@@ -91,6 +92,7 @@ type Env struct {
 	// names for its binaries, or the images built and imported on the
 	// real node.
 	appImage, drainctlImage string
+	installed               bool // Options.Install
 }
 
 // Options configure Start.
@@ -113,6 +115,13 @@ type Options struct {
 	// runc) from images built by tools/images, the injected init container
 	// copying drainctl from the drainctl image; podhost otherwise.
 	Node bool
+	// Install (with Node) installs stickydrain as a user does instead of
+	// running the webhook and the controller on the host: cert-manager
+	// issues the certificate, manifests/default runs both as pods from the
+	// stickydrain image, the controller's configuration is the operator's
+	// (the instances' Runtime API on TCP at the host's address, which pods
+	// reach).
+	Install bool
 }
 
 func repoRoot() string {
@@ -150,9 +159,17 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	}
 	env.built = built
 	var imgs map[string]node.Image
+	if opts.Install && (!opts.Node || opts.Ingress != "") {
+		return env, fmt.Errorf("e2e: Options.Install needs Node and no Ingress")
+	}
+	env.installed = opts.Install
 	if opts.Node {
-		logf("building the images (pause, sessionapp, drainctl) …")
-		if imgs, err = node.BuildImages(ctx, filepath.Join(dir, "images"), logf, "pause", "sessionapp", "drainctl"); err != nil {
+		names := []string{"pause", "sessionapp", "drainctl"}
+		if opts.Install {
+			names = append(names, "stickydrain", "cert-manager")
+		}
+		logf("building the images (%s) …", strings.Join(names, ", "))
+		if imgs, err = node.BuildImages(ctx, filepath.Join(dir, "images"), logf, names...); err != nil {
 			return env, err
 		}
 		env.appImage, env.drainctlImage = imgs["sessionapp"].Ref, imgs["drainctl"].Ref
@@ -164,8 +181,11 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	}
 	if opts.Node {
 		logf("starting the node (containerd, runc, kubelet; pods on a bridge in %s) …", node.PodCIDR)
-		env.Node, err = node.Start(ctx, node.Options{Cluster: env.Cluster, Log: logf, SandboxImage: imgs["pause"].Ref,
-			Images: []string{imgs["pause"].Tarball, imgs["sessionapp"].Tarball, imgs["drainctl"].Tarball}})
+		var tars []string
+		for _, i := range imgs {
+			tars = append(tars, i.Tarball)
+		}
+		env.Node, err = node.Start(ctx, node.Options{Cluster: env.Cluster, Log: logf, SandboxImage: imgs["pause"].Ref, Images: tars})
 		if err != nil {
 			return env, err
 		}
@@ -215,6 +235,17 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 			env.NGINXPlus = append(env.NGINXPlus, em)
 			env.plusURLs = append(env.plusURLs, srv.URL+"/api")
 		}
+	}
+	if opts.Install {
+		logf("installing cert-manager (its controllers and CA injector, as a pod) …")
+		if err := install.CertManager(ctx, env.Cluster, imgs["cert-manager"].Ref); err != nil {
+			return env, err
+		}
+		logf("installing stickydrain (manifests/default, the images built here, the operator's configuration) …")
+		if err := install.Stickydrain(ctx, env.Cluster, imgs, env.controllerConfig()); err != nil {
+			return env, err
+		}
+		return env, nil
 	}
 	logf("starting the webhook …")
 	if err := env.startWebhook(ctx, built["webhook"]); err != nil {
@@ -467,6 +498,11 @@ func (e *Env) startController(ctx context.Context, bin string, replicas int) err
 func (e *Env) controllerConfig() string {
 	var addrs []string
 	for _, h := range e.haproxies() {
+		if e.installed {
+			// The controller runs in a pod: the Runtime API on TCP.
+			addrs = append(addrs, fmt.Sprintf("%q", "tcp://"+h.RuntimeTCP))
+			continue
+		}
 		addrs = append(addrs, fmt.Sprintf("%q", "unix://"+controllerSocket(h)))
 	}
 	// Only the app's namespace may map, only onto its own pods, only in

@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
+	"github.com/stickydrain/stickydrain/test/proc"
 	"github.com/stickydrain/stickydrain/test/tcpfront"
 )
 
@@ -20,7 +22,17 @@ func (e *Env) readyMap() string { return filepath.Join(e.Dir, "ready.map") }
 // runHAProxy starts one instance of the environment's version and mode
 // in dir.
 func (e *Env) runHAProxy(dir string) (*haproxytest.HAProxy, error) {
-	return haproxytest.RunWith(haproxytest.Options{Dir: dir, Key: "e2e-shared-key", ReadyMap: e.readyMap(), Bin: e.flavour.Bin, Gate: true}, e.flavour.Backend("shop", 16))
+	o := haproxytest.Options{Dir: dir, Key: "e2e-shared-key", ReadyMap: e.readyMap(), Bin: e.flavour.Bin, Gate: true}
+	if e.installed {
+		// The installed controller, in a pod, reaches the host's
+		// address, not a unix socket.
+		port, err := proc.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		o.RuntimeTCP = fmt.Sprintf("%s:%d", cluster.APIServerIP, port)
+	}
+	return haproxytest.RunWith(o, e.flavour.Backend("shop", 16))
 }
 
 // haproxies is a copy of the instances running now, for goroutines other

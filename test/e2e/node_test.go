@@ -17,7 +17,8 @@ import (
 // the preStop hook run by the kubelet; the users behind the HAProxy
 // instances outside the cluster, as everywhere else, on the newest HAProxy
 // in slot mode (the sample's). The same assertions as on podhost, and the
-// preStop's timing from the kubelet's own log.
+// preStop's timing from the kubelet's own log; and the rollout once more
+// with the webhook and the controller installed as pods.
 func TestRealNodeKeepsEverySession(t *testing.T) {
 	vs := haproxytest.Versions(t)
 	opts := Options{Node: true, HAProxy: haproxytest.Flavour{Version: vs[len(vs)-1]}}
@@ -25,6 +26,14 @@ func TestRealNodeKeepsEverySession(t *testing.T) {
 	for _, tc := range disruptions {
 		t.Run(tc.name, func(t *testing.T) { disruptOne(t, opts, tc.disrupt) })
 	}
+	// The same rollout with stickydrain installed as a user does it
+	// (test/install): cert-manager's certificate, the webhook and the
+	// controller as pods of manifests/default from the stickydrain image,
+	// the controller draining the HAProxy instances through their Runtime
+	// API on TCP.
+	installed := opts
+	installed.Install = true
+	t.Run("rollout-installed", func(t *testing.T) { rollingUpdate(t, installed) })
 }
 
 // drainctlCameFromItsImage asserts that every pod of the app ran the

@@ -31,8 +31,11 @@ type HAProxy struct {
 	dir    string
 	cfg    string
 	Socket string // the Runtime API's unix socket
-	Master string // the master CLI's unix socket
-	Port   int    // the frontend port on 127.0.0.1
+	// RuntimeTCP is the Runtime API's TCP address (host:port), when
+	// Options.RuntimeTCP asked for one.
+	RuntimeTCP string
+	Master     string // the master CLI's unix socket
+	Port       int    // the frontend port on 127.0.0.1
 	// ReadyPort serves GET / with 200 once the controller has marked the
 	// process filled (ReadyMap), 503 before.
 	ReadyPort int
@@ -244,6 +247,10 @@ type Options struct {
 	// need no gate. Without a controller marking the process (or the
 	// reload helper), every new connection would wait the gate's second.
 	Gate bool
+	// RuntimeTCP, when set (host:port), adds a Runtime API socket on TCP
+	// there, for a controller that cannot reach the unix socket (one in a
+	// pod of the real node).
+	RuntimeTCP string
 }
 
 // gate is the frontend's hold on a new process with dynamic servers, as
@@ -301,10 +308,16 @@ func RunWith(o Options, backends ...Backend) (*HAProxy, error) {
 			return nil, err
 		}
 	}
+	h.RuntimeTCP = o.RuntimeTCP
+	tcpSocket := ""
+	if o.RuntimeTCP != "" {
+		tcpSocket = fmt.Sprintf("    stats socket ipv4@%s level admin\n", o.RuntimeTCP)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `global
     stats socket %s level admin
-    stats timeout 30s
+%s`, h.Socket, tcpSocket)
+	fmt.Fprintf(&b, `    stats timeout 30s
     server-state-file %s
 defaults
     mode http
@@ -323,7 +336,7 @@ frontend ready
     http-request set-var(txn.age) date(0,ms),sub(txn.filled)
     http-request return status 200 content-type text/plain string filled if { var(txn.filled) -m int gt 0 } { var(txn.age) -m int le 2000 }
     http-request return status 503 content-type text/plain string "not filled yet, or no controller for 2 s"
-`, h.Socket, h.StateFile, h.Port, gate(o.Gate, h.ReadyMap, backends), backends[0].Name, h.ReadyPort, h.ReadyMap)
+`, h.StateFile, h.Port, gate(o.Gate, h.ReadyMap, backends), backends[0].Name, h.ReadyPort, h.ReadyMap)
 	for _, be := range backends {
 		if be.Dynamic {
 			// No servers: the controller adds them (`add server … cookie`).

@@ -1,19 +1,8 @@
-// Package install installs stickydrain as a user does, on the real node
-// (test/node): cert-manager running for real (its controllers and CA
-// injector, test/tools/certmanager) issues the webhook's certificate and
-// injects its CA, and manifests/default, with the images replaced by the
-// ones built here, runs the webhook and the controller as pods that the API
-// server reaches through their Services.
-package install
+package install_test
 
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -22,30 +11,22 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/stickydrain/stickydrain/test/cluster"
-	"github.com/stickydrain/stickydrain/test/manifests"
+	"github.com/stickydrain/stickydrain/test/install"
 	"github.com/stickydrain/stickydrain/test/node"
 )
 
 const (
-	system = "stickydrain-system"
+	system = install.Namespace
 	appNS  = "shop"
 )
-
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
 
 // env is the installed cluster.
 type env struct {
@@ -100,8 +81,12 @@ func TestInstallOnTheRealNode(t *testing.T) {
 	defer cancel()
 	e := start(t, ctx)
 
-	e.installCertManager(t, ctx)
-	e.installStickydrain(t, ctx)
+	if err := install.CertManager(ctx, e.c, e.imgs["cert-manager"].Ref); err != nil {
+		t.Fatal(err)
+	}
+	if err := install.Stickydrain(ctx, e.c, e.imgs, ""); err != nil {
+		t.Fatal(err)
+	}
 
 	// The certificate cert-manager issued, and its CA in both webhook
 	// configurations (cainjector).
@@ -135,13 +120,10 @@ func TestInstallOnTheRealNode(t *testing.T) {
 		}
 		return true
 	})
-	for _, d := range []string{"stickydrain-webhook", "stickydrain-controller"} {
-		waitAvailable(t, ctx, e.c, system, d)
-	}
 
 	// An opted-in app from an image without a shell.
 	e.deployApp(t, ctx, "web", false)
-	waitAvailable(t, ctx, e.c, appNS, "web")
+	waitAvailable(t, ctx, e.c, "web")
 	e.assertInjected(t, ctx, "web")
 
 	// One webhook pod deleted, and at once a rollout: the other replica
@@ -188,7 +170,7 @@ func TestInstallOnTheRealNode(t *testing.T) {
 
 	// A native sidecar and a Secret volume: what podhost cannot run.
 	e.deployApp(t, ctx, "sidecar", true)
-	waitAvailable(t, ctx, e.c, appNS, "sidecar")
+	waitAvailable(t, ctx, e.c, "sidecar")
 	e.assertInjected(t, ctx, "sidecar")
 
 	// Each app's pods drain on the kubelet: the preStop hook (drainctl wait,
@@ -218,119 +200,6 @@ func TestInstallOnTheRealNode(t *testing.T) {
 		if grace := ptr.Deref(p.Spec.TerminationGracePeriodSeconds, 0); h.GracePeriod < 2 || h.GracePeriod > grace {
 			t.Errorf("%s: SIGTERM with %d s of grace left of %d", p.Name, h.GracePeriod, grace)
 		}
-	}
-}
-
-// installCertManager applies cert-manager's CRDs (from the module the thin
-// main is built from) and runs it as a pod with a ServiceAccount bound to
-// cluster-admin (its own install ships finer roles; the test does not test
-// cert-manager's RBAC).
-func (e *env) installCertManager(t *testing.T, ctx context.Context) {
-	t.Helper()
-	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager")
-	cmd.Dir = filepath.Join(repoRoot(), "test", "tools", "certmanager")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("locating cert-manager's module: %v", err)
-	}
-	crds, err := filepath.Glob(filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds", "*.yaml"))
-	if err != nil || len(crds) == 0 {
-		t.Fatalf("cert-manager's CRDs: %v", err)
-	}
-	files, err := manifests.CRDFiles(ctx) // the ServiceMonitor CRD manifests/default needs
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range append(crds, files[len(files)-1]) {
-		applyFile(t, ctx, e.c, f)
-	}
-	const ns = "cert-manager"
-	labels := map[string]string{"app": "cert-manager"}
-	for _, o := range []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "cert-manager", Namespace: ns}},
-		&rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "cert-manager-test"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "cert-manager", Namespace: ns}},
-		},
-		&appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Name: "cert-manager", Namespace: ns},
-			Spec: appsv1.DeploymentSpec{
-				Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: corev1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: labels},
-					Spec: corev1.PodSpec{
-						ServiceAccountName: "cert-manager",
-						Containers: []corev1.Container{{
-							Name: "cert-manager", Image: e.imgs["cert-manager"].Ref, ImagePullPolicy: corev1.PullIfNotPresent,
-							Args: []string{"--v=2"},
-						}},
-					},
-				},
-			},
-		},
-	} {
-		if err := e.c.Client.Create(ctx, o); err != nil {
-			t.Fatalf("cert-manager: %v", err)
-		}
-	}
-	waitAvailable(t, ctx, e.c, ns, "cert-manager")
-}
-
-// installStickydrain applies manifests/default through an overlay that
-// replaces the images, as a user mirroring them writes it, and the
-// --drainctl-image argument (kustomize's images: does not reach it).
-func (e *env) installStickydrain(t *testing.T, ctx context.Context) {
-	t.Helper()
-	overlay := t.TempDir()
-	// kustomize takes a relative path to the base, as an overlay in a
-	// user's repository names it.
-	base, err := filepath.Rel(overlay, manifests.Dir("default"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tag := strings.TrimPrefix(e.imgs["stickydrain"].Ref, node.ImageRepo+"/stickydrain:")
-	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%q]\nimages:\n  - {name: %s/stickydrain, newTag: %s}\n",
-		base, node.ImageRepo, tag)
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	objs, err := manifests.Render(overlay)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Namespaces first, then everything else in the rendered order.
-	sort.SliceStable(objs, func(i, j int) bool { return objs[i].GetKind() == "Namespace" && objs[j].GetKind() != "Namespace" })
-	for _, o := range objs {
-		if o.GetKind() == "Deployment" && o.GetName() == "stickydrain-webhook" {
-			setDrainctlImage(t, o, e.imgs["drainctl"].Ref)
-		}
-		if err := e.c.Client.Create(ctx, o); err != nil {
-			t.Fatalf("applying %s %s: %v", o.GetKind(), o.GetName(), err)
-		}
-	}
-}
-
-func setDrainctlImage(t *testing.T, o *unstructured.Unstructured, ref string) {
-	t.Helper()
-	cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-	found := false
-	for _, c := range cs {
-		m := c.(map[string]any)
-		args, _ := m["args"].([]any)
-		for i, a := range args {
-			if s, _ := a.(string); strings.HasPrefix(s, "--drainctl-image=") {
-				args[i] = "--drainctl-image=" + ref
-				found = true
-			}
-		}
-	}
-	if !found {
-		t.Fatal("the webhook Deployment has no --drainctl-image argument")
-	}
-	if err := unstructured.SetNestedSlice(o.Object, cs, "spec", "template", "spec", "containers"); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -428,38 +297,6 @@ func (e *env) assertInjected(t *testing.T, ctx context.Context, app string) {
 	}
 }
 
-func applyFile(t *testing.T, ctx context.Context, c *cluster.Cluster, path string) {
-	t.Helper()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, doc := range strings.Split(string(raw), "\n---") {
-		var u unstructured.Unstructured
-		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := c.Client.Create(ctx, &u); err != nil {
-			t.Fatalf("%s: %s %s: %v", path, u.GetKind(), u.GetName(), err)
-		}
-	}
-}
-
-func waitAvailable(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, name string) {
-	t.Helper()
-	waitFor(t, ctx, "Deployment "+ns+"/"+name+" available", func() bool {
-		var d appsv1.Deployment
-		if c.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &d) != nil {
-			return false
-		}
-		want := ptr.Deref(d.Spec.Replicas, 1)
-		return d.Status.ObservedGeneration == d.Generation && d.Status.UpdatedReplicas == want && d.Status.AvailableReplicas == want && d.Status.Replicas == want
-	})
-}
-
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
 	start := time.Now()
@@ -512,3 +349,10 @@ func dumpPods(t *testing.T, c *cluster.Cluster) {
 }
 
 func intOrString(name string) intstr.IntOrString { return intstr.FromString(name) }
+
+func waitAvailable(t *testing.T, ctx context.Context, c *cluster.Cluster, name string) {
+	t.Helper()
+	if err := install.WaitAvailable(ctx, c, appNS, name); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -256,7 +256,9 @@ func layer(epoch time.Time, entries []entry) (v1.Layer, error) {
 	b := buf.Bytes()
 	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(b)), nil
-	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressionLevel(gzip.BestCompression))
+	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressionLevel(gzip.DefaultCompression),
+		// Compressed once: the digest, the layout and every tarball read it.
+		tarball.WithCompressedCaching)
 }
 
 // baseLayer holds what a static binary needs of an operating system: the

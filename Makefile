@@ -40,6 +40,12 @@ images: ## Build the stickydrain and drainctl images without a container engine 
 	cd tools/images && $(GO) run . build --root ../.. --out "$(abspath $(BIN))/images" --version $(VERSION) \
 	  $(if $(PLATFORMS),--platforms $(PLATFORMS)) $(if $(IMAGES),--images $(IMAGES)) $(if $(REPO),--repo $(REPO))
 
+.PHONY: test-images
+test-images: ## Build the images the real-node tests run (pause, sessionapp, drainctl, stickydrain, cert-manager; this machine's platform) into bin/test-images, from this checkout.
+	@# The repository and tag test/node's ImageRepo and ImageTag name.
+	set -o pipefail; cd tools/images && $(GO) run . build --root ../.. --out "$(abspath $(BIN))/test-images" --repo ghcr.io/stickydrain --version e2e \
+	  --platforms linux/$$($(GO) env GOARCH) --images pause,sessionapp,drainctl,stickydrain,cert-manager 2>&1 | sed 's/^/test image /'
+
 .PHONY: push
 push: ## Push the images make images built to REPO (e.g. REPO=registry.example.com/stickydrain), with ~/.docker/config.json's credentials; prints each reference with its digest.
 	cd tools/images && $(GO) run . push --out "$(abspath $(BIN))/images" --repo "$(REPO)"
@@ -71,11 +77,11 @@ test: deps test-parts ## Unit, integration and end-to-end tests (-race) on a rea
 	@# HAProxy pairs at once on 2 cores starve readiness probes.
 	STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" STICKYDRAIN_HAPROXY="$$(test/tools/haproxy.sh)" \
 	  STICKYDRAIN_PEERS="$$(test/peers/build.sh)" STICKYDRAIN_CONTAINERD="$$(test/tools/containerd.sh)" \
-	  $(GO) test -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	  STICKYDRAIN_IMAGES="$(abspath $(BIN))/test-images" $(GO) test -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 .PHONY: test-parts
 test-parts: deps ## Build what the tests run (control plane and kubelet, containerd, HAProxy versions, ingress controllers) at once: cold, their downloads and links overlap the others' compiles.
-	@$(MAKE) --no-print-directory -j4 k8s-bins containerd haproxy-versions peers
+	@$(MAKE) --no-print-directory -j5 k8s-bins containerd haproxy-versions peers test-images
 
 .PHONY: soak
 soak: deps k8s-bins ## Chaos soak: sticky users, rollouts and random faults for DURATION (default 30m; make test runs 2m) on HAPROXY (default the newest, slots; e.g. HAPROXY=haproxy-3.2-dynamic).

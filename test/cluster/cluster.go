@@ -380,8 +380,9 @@ func lockRealNode(root string) (*os.File, error) {
 	return f, nil
 }
 
-// ensureAPILink gives the host APIServerIP on an interface of its own, a bridge without ports (kept
-// between runs: it holds nothing else).
+// ensureAPILink gives the host APIServerIP on an interface of its own, a
+// bridge without ports (Stop deletes it; one left by a killed test is
+// reused).
 func ensureAPILink() error {
 	if out, err := exec.Command("ip", "-o", "addr", "show", "dev", apiLink).CombinedOutput(); err == nil && strings.Contains(string(out), APIServerIP+"/32") {
 		return nil
@@ -470,6 +471,11 @@ func (c *Cluster) Stop() error {
 			_ = c.watchdog.Wait()
 		}
 		if c.realNode != nil {
+			// The API server's address goes with it, while the lock is
+			// still held.
+			if out, err := exec.Command("ip", "link", "delete", apiLink).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find device") {
+				errs = append(errs, fmt.Errorf("deleting %s: %w: %s", apiLink, err, out))
+			}
 			_ = c.realNode.Close() // and the lock with it
 		}
 		c.stopErr = errors.Join(errs...)

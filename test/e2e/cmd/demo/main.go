@@ -57,6 +57,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "demo: --lb: %q is not one of haproxy, haproxy-ingress, traefik\n", *lb)
 		os.Exit(cmdline.ExitUsage)
 	}
+	if opts.Node && *lb != "haproxy" {
+		fmt.Fprintf(os.Stderr, "demo: --node real runs behind --lb haproxy only (the ingress demos run on the pod host)\n")
+		os.Exit(cmdline.ExitUsage)
+	}
 	os.Exit(run(opts))
 }
 

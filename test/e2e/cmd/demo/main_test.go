@@ -53,6 +53,10 @@ func TestTheDemosCommandLine(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), `--node: "kind" is not one of podhost, real`) {
 		t.Errorf("--node kind: %v\n%s", err, out)
 	}
+	out, err = exec.Command(bin, "--node", "real", "--lb", "traefik").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--node real runs behind --lb haproxy only") {
+		t.Errorf("--node real --lb traefik: %v\n%s", err, out)
+	}
 	out, err = exec.Command(bin, "--help").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "--lb string") {
 		t.Errorf("--help: %v\n%s", err, out)

@@ -21,7 +21,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -401,33 +400,11 @@ func ServiceAccount(ctx context.Context, c *cluster.Cluster, component string) (
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
 	}
-	if err := applyFile(ctx, c, filepath.Join(repoRoot(), "manifests", component, "rbac.yaml")); err != nil {
+	if err := install.ApplyFile(ctx, c, filepath.Join(repoRoot(), "manifests", component, "rbac.yaml")); err != nil {
 		return "", err
 	}
 	return c.AddUser("system:serviceaccount:stickydrain-system:stickydrain-"+component,
 		"system:serviceaccounts", "system:serviceaccounts:stickydrain-system", "system:authenticated")
-}
-
-// applyFile creates every object of a multi-document YAML file, naming
-// the file and the object that failed.
-func applyFile(ctx context.Context, c *cluster.Cluster, path string) error {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	for _, doc := range strings.Split(string(raw), "\n---\n") {
-		var u unstructured.Unstructured
-		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := c.Client.Create(ctx, &u); err != nil {
-			return fmt.Errorf("%s: %s %s: %w", path, u.GetKind(), u.GetName(), err)
-		}
-	}
-	return nil
 }
 
 // ControllerServiceAccount is ServiceAccount for the controller.

@@ -179,7 +179,8 @@ func setDrainctlImage(o *unstructured.Unstructured, ref string) error {
 	return unstructured.SetNestedSlice(o.Object, cs, "spec", "template", "spec", "containers")
 }
 
-// ApplyFile creates every object of a multi-document YAML file.
+// ApplyFile creates every object of a multi-document YAML file, naming the
+// file and the object that failed.
 func ApplyFile(ctx context.Context, c *cluster.Cluster, path string) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {

@@ -195,7 +195,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	api.CertDir = filepath.Join(dir, "apiserver")
 	api.Out, api.Err = apiLog, apiLog
 	if opts.RealNode {
-		api.SecureServing.Address, api.SecurePort = APIServerIP, 443
+		api.SecureServing.Address, api.SecureServing.Port = APIServerIP, "443"
 		api.Configure().Set("service-cluster-ip-range", ServiceCIDR)
 		// Webhooks are called at an endpoint of their Service: no
 		// kube-proxy runs, and pod IPs are routable from the host.

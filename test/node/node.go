@@ -327,7 +327,10 @@ sh "$dir/cleanup.sh" "$dir"`
 		return fmt.Errorf("starting node watchdog: %w", err)
 	}
 	n.watchdog = cmd
-	return nil
+	// reapStale stops a dead owner's watchdog (and the clean-up it runs,
+	// in its process group) before cleaning up itself, so that a late
+	// clean-up never kills the next node's pods.
+	return os.WriteFile(n.path("watchdog"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
 }
 
 // reapStale cleans up after test processes that died without cleaning up
@@ -346,6 +349,15 @@ func reapStale(logf func(string, ...any)) {
 		owner, err := strconv.Atoi(strings.TrimSpace(string(b)))
 		if err != nil || syscall.Kill(owner, 0) == nil {
 			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "watchdog")); err == nil {
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			// Only if that pid is still the watchdog, not a process that
+			// took its number since.
+			if err == nil && pid > 0 && bytes.Contains(cmdline, []byte("stickydrain-node-watchdog")) {
+				_ = syscall.Kill(-pid, syscall.SIGKILL)
+			}
 		}
 		logf("cleaning up the stale node %s", dir)
 		_ = exec.Command("sh", filepath.Join(dir, "cleanup.sh"), dir).Run()

@@ -25,6 +25,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/stickydrain/stickydrain/test/proc"
 )
 
 // DefaultControllers are the kube-controller-manager controllers a cluster
@@ -328,7 +330,7 @@ func (c *Cluster) startControllerManager(ctx context.Context, binDir string, con
 	for {
 		select {
 		case <-c.kcmDone:
-			return fmt.Errorf("kube-controller-manager exited early: %s", tail(logPath, 20))
+			return fmt.Errorf("kube-controller-manager exited early: %s", proc.Tail(logPath, 20))
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for kube-controller-manager: %w", ctx.Err())
 		case <-time.After(200 * time.Millisecond):
@@ -339,7 +341,7 @@ func (c *Cluster) startControllerManager(ctx context.Context, binDir string, con
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("kube-controller-manager did not start its controllers within 60s: %s", tail(logPath, 20))
+			return fmt.Errorf("kube-controller-manager did not start its controllers within 60s: %s", proc.Tail(logPath, 20))
 		}
 	}
 }
@@ -512,7 +514,7 @@ func (c *Cluster) Logs(n int) string {
 		if _, err := os.Stat(filepath.Join(c.Dir, "logs", name+".log")); err != nil {
 			continue
 		}
-		fmt.Fprintf(&b, "--- %s (last %d lines)\n%s\n", name, n, tail(filepath.Join(c.Dir, "logs", name+".log"), n))
+		fmt.Fprintf(&b, "--- %s (last %d lines)\n%s\n", name, n, proc.Tail(filepath.Join(c.Dir, "logs", name+".log"), n))
 	}
 	return b.String()
 }
@@ -651,18 +653,6 @@ func ppid(pid int) int {
 	return p
 }
 
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(%v)", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
 // FindBinaries returns the directory holding the control-plane binaries:
 // $STICKYDRAIN_K8S_BINS when set, else what test/tools/build.sh prints,
 // which builds them first when they are missing.
@@ -676,14 +666,11 @@ func FindBinaries(logf func(string, ...any)) (string, error) {
 	}
 	script := filepath.Join(filepath.Dir(file), "..", "tools", "build.sh")
 	logf("locating control-plane binaries with %s (builds them when missing: ~17 minutes cold)", script)
-	cmd := exec.Command("bash", script)
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("building control-plane binaries with %s: %w", script, err)
+	dir, err := proc.BuildScript(script)
+	if err != nil {
+		return "", fmt.Errorf("building control-plane binaries: %w", err)
 	}
-	return strings.TrimSpace(out.String()), nil
+	return dir, nil
 }
 
 // RestartControlPlane stops kube-apiserver and etcd (SIGTERM, as a

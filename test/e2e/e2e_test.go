@@ -31,14 +31,7 @@ func TestRollingUpdateKeepsEverySession(t *testing.T) {
 }
 
 func rollingUpdate(t *testing.T, opts Options) {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	opts.Log = t.Logf
-	env, err := Start(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Stop()
+	ctx, env := startEnv(t, opts)
 	const replicas, users, idle = 3, 9, 8 * time.Second
 	if err := env.Deploy(ctx, replicas, idle); err != nil {
 		t.Fatal(err)
@@ -206,14 +199,7 @@ var disruptions = []struct {
 // disruptOne takes one pod holding sessions away with disrupt, users
 // holding sessions on every pod, and asserts what they saw.
 func disruptOne(t *testing.T, opts Options, disrupt func(ctx context.Context, env *Env, victim string) error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
-	opts.Log = t.Logf
-	env, err := Start(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Stop()
+	ctx, env := startEnvWithin(t, opts, 6*time.Minute)
 	const idle = 8 * time.Second
 	if err := env.Deploy(ctx, 3, idle); err != nil {
 		t.Fatal(err)

@@ -147,8 +147,21 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 		}
 	}()
 	env.cleanup = append(env.cleanup, func() { _ = env.bins.Close() })
+	if opts.Install && (!opts.Node || opts.Ingress != "") {
+		return env, fmt.Errorf("e2e: Options.Install needs Node and no Ingress")
+	}
+	// What runs on the host: the app and drainctl only for podhost (the
+	// real node runs their images), the webhook and the controller unless
+	// installed as pods.
+	pkgs := []string{"controller/cmd/stickydrain-haproxy"}
+	if !opts.Node {
+		pkgs = append(pkgs, "drainctl", "test/sessionapp/cmd/sessionapp")
+	}
+	if !opts.Install {
+		pkgs = append(pkgs, "webhook", "controller")
+	}
 	built := map[string]string{}
-	for _, pkg := range []string{"drainctl", "webhook", "controller", "test/sessionapp/cmd/sessionapp", "controller/cmd/stickydrain-haproxy"} {
+	for _, pkg := range pkgs {
 		logf("building %s …", pkg)
 		p, err := env.bins.Build("github.com/stickydrain/stickydrain/" + pkg)
 		if err != nil {
@@ -158,9 +171,6 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	}
 	env.built = built
 	var imgs map[string]node.Image
-	if opts.Install && (!opts.Node || opts.Ingress != "") {
-		return env, fmt.Errorf("e2e: Options.Install needs Node and no Ingress")
-	}
 	env.installed = opts.Install
 	if opts.Node {
 		names := []string{"pause", "sessionapp", "drainctl"}

@@ -319,7 +319,13 @@ func TestRolloutSurvivesAControlPlaneRestart(t *testing.T) {
 // ends, with eight minutes for the test.
 func startEnv(t *testing.T, opts Options) (context.Context, *Env) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	return startEnvWithin(t, opts, 8*time.Minute)
+}
+
+// startEnvWithin is startEnv with within for the test.
+func startEnvWithin(t *testing.T, opts Options, within time.Duration) (context.Context, *Env) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	t.Cleanup(cancel)
 	opts.Log = t.Logf
 	env, err := Start(ctx, opts)

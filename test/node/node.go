@@ -158,13 +158,11 @@ func FindContainerd(logf func(string, ...any)) (string, error) {
 	}
 	script := filepath.Join(filepath.Dir(file), "..", "tools", "containerd.sh")
 	logf("locating containerd with %s (builds it when missing: ~3 minutes cold)", script)
-	cmd := exec.Command("bash", script)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("building containerd with %s: %w", script, err)
+	dir, err := proc.BuildScript(script)
+	if err != nil {
+		return "", fmt.Errorf("building containerd: %w", err)
 	}
-	return strings.TrimSpace(out.String()), nil
+	return dir, nil
 }
 
 func (n *Node) path(p ...string) string { return filepath.Join(append([]string{n.Dir}, p...)...) }
@@ -402,10 +400,10 @@ func (n *Node) startContainerd(ctx context.Context) error {
 			return nil
 		}
 		if cmd.ProcessState != nil || syscall.Kill(cmd.Process.Pid, 0) != nil {
-			return fmt.Errorf("containerd exited: %s", tail(n.path("logs", "containerd.log"), 20))
+			return fmt.Errorf("containerd exited: %s", proc.Tail(n.path("logs", "containerd.log"), 20))
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("containerd not answering within 60s: %s", tail(n.path("logs", "containerd.log"), 20))
+			return fmt.Errorf("containerd not answering within 60s: %s", proc.Tail(n.path("logs", "containerd.log"), 20))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -454,10 +452,10 @@ func (n *Node) startKubelet(ctx context.Context) error {
 			}
 		}
 		if cmd.ProcessState != nil || syscall.Kill(cmd.Process.Pid, 0) != nil {
-			return fmt.Errorf("kubelet exited: %s", tail(n.path("logs", "kubelet.log"), 30))
+			return fmt.Errorf("kubelet exited: %s", proc.Tail(n.path("logs", "kubelet.log"), 30))
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("node %s not Ready within 120s: %s", n.Name, tail(n.path("logs", "kubelet.log"), 30))
+			return fmt.Errorf("node %s not Ready within 120s: %s", n.Name, proc.Tail(n.path("logs", "kubelet.log"), 30))
 		}
 		select {
 		case <-ctx.Done():
@@ -475,7 +473,7 @@ func (n *Node) Logs(lines int) string {
 		if _, err := os.Stat(p); err != nil {
 			continue
 		}
-		fmt.Fprintf(&b, "--- %s (last %d lines)\n%s\n", name, lines, tail(p, lines))
+		fmt.Fprintf(&b, "--- %s (last %d lines)\n%s\n", name, lines, proc.Tail(p, lines))
 	}
 	return b.String()
 }
@@ -520,16 +518,4 @@ func (n *Node) Stop() error {
 		n.stopErr = errors.Join(errs...)
 	})
 	return n.stopErr
-}
-
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(%v)", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

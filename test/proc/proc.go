@@ -175,3 +175,30 @@ func KillMatching(s string) {
 		}
 	}
 }
+
+// Tail returns the last n lines of the file at path, or why it cannot be
+// read: for error messages that quote a process' log.
+func Tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(%v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// BuildScript runs one of test/tools' build scripts, which build into the
+// cache when something is missing (progress on our stderr) and print the
+// cache directory, and returns that directory.
+func BuildScript(script string) (string, error) {
+	cmd := exec.Command("bash", script)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s: %w", script, err)
+	}
+	return strings.TrimSpace(out.String()), nil
+}

@@ -72,6 +72,10 @@ type Options struct {
 	// ServiceAccounts get tokens and kube-root-ca.crt. One such cluster
 	// runs on a machine at a time (a lock; the address is fixed).
 	RealNode bool
+	// RealNodeLock, with RealNode, is the machine's real-node lock the
+	// caller took with LockRealNode before starting its clock; Start takes
+	// it over and Stop releases it. Without it Start waits for the lock.
+	RealNodeLock *RealNodeLock
 }
 
 // The real node's addresses, all in the tests' own 198.18.0.0/15.
@@ -110,7 +114,7 @@ type Cluster struct {
 	kcm      *exec.Cmd
 	kcmDone  chan struct{}
 	sched    *exec.Cmd
-	realNode *os.File // the lock a real-node cluster holds
+	realNode *RealNodeLock // the lock a real-node cluster holds
 	watchdog *exec.Cmd
 	sigCh    chan os.Signal
 	stopOnce sync.Once
@@ -166,8 +170,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 
 	if opts.RealNode {
-		if c.realNode, err = lockRealNode(root); err != nil {
-			return c, err
+		c.realNode = opts.RealNodeLock
+		if c.realNode == nil {
+			if c.realNode, err = LockRealNode(logf); err != nil {
+				return c, err
+			}
 		}
 		if err := ensureAPILink(); err != nil {
 			return c, err
@@ -367,19 +374,45 @@ func (c *Cluster) startScheduler(binDir string) error {
 	return nil
 }
 
-// lockRealNode takes the machine-wide lock of real-node clusters: their
-// API server address and port are fixed. It waits for another test's
-// cluster to stop.
-func lockRealNode(root string) (*os.File, error) {
+// RealNodeLock is the machine-wide lock of real-node clusters: their API
+// server address and port are fixed, so one runs at a time.
+type RealNodeLock struct{ f *os.File }
+
+// LockRealNode waits until no other real-node cluster runs on the machine
+// and takes the lock, saying through logf when it has to wait. Tests that
+// run concurrently with others take it before their time budget starts
+// and pass it in Options.RealNodeLock.
+func LockRealNode(logf func(string, ...any)) (*RealNodeLock, error) {
+	root := filepath.Join(os.TempDir(), "stickydrain-cluster")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("creating run root: %w", err)
+	}
 	f, err := os.OpenFile(filepath.Join(root, "real-node.lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("opening the real-node lock: %w", err)
 	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
+		return &RealNodeLock{f: f}, nil
+	}
+	if logf != nil {
+		logf("cluster: another test's real node is running; waiting for it to stop")
+	}
+	start := time.Now()
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("taking the real-node lock: %w", err)
 	}
-	return f, nil
+	if logf != nil {
+		logf("cluster: real node free after %v", time.Since(start).Round(time.Second))
+	}
+	return &RealNodeLock{f: f}, nil
+}
+
+// Release gives the lock back (Stop does for a cluster that took it over).
+func (l *RealNodeLock) Release() {
+	if l != nil && l.f != nil {
+		_ = l.f.Close()
+	}
 }
 
 // ensureAPILink gives the host APIServerIP on an interface of its own, a
@@ -478,7 +511,7 @@ func (c *Cluster) Stop() error {
 			if out, err := exec.Command("ip", "link", "delete", apiLink).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find device") {
 				errs = append(errs, fmt.Errorf("deleting %s: %w: %s", apiLink, err, out))
 			}
-			_ = c.realNode.Close() // and the lock with it
+			c.realNode.Release() // and the lock with it
 		}
 		c.stopErr = errors.Join(errs...)
 	})

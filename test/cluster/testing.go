@@ -26,3 +26,15 @@ func StartT(t testing.TB, opts Options) *Cluster {
 	})
 	return c
 }
+
+// LockRealNodeT is LockRealNode for a test, released when it ends (if a
+// cluster has not taken it over and released it before).
+func LockRealNodeT(t testing.TB) *RealNodeLock {
+	t.Helper()
+	l, err := LockRealNode(t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Release)
+	return l
+}

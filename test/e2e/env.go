@@ -121,6 +121,10 @@ type Options struct {
 	// (the instances' Runtime API on TCP at the host's address, which pods
 	// reach).
 	Install bool
+	// RealNodeLock (with Node) is the machine's real-node lock, taken by
+	// the caller before its clock started (cluster.LockRealNode); Start
+	// waits for it otherwise.
+	RealNodeLock *cluster.RealNodeLock
 }
 
 func repoRoot() string {
@@ -184,7 +188,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 		env.appImage, env.drainctlImage = imgs["sessionapp"].Ref, imgs["drainctl"].Ref
 	}
 	logf("starting the control plane (etcd, kube-apiserver, kube-controller-manager; the first run builds them, ~17 min) …")
-	env.Cluster, err = cluster.Start(ctx, cluster.Options{Log: logf, OwnSignals: opts.OwnSignals, RealNode: opts.Node})
+	env.Cluster, err = cluster.Start(ctx, cluster.Options{Log: logf, OwnSignals: opts.OwnSignals, RealNode: opts.Node, RealNodeLock: opts.RealNodeLock})
 	if err != nil {
 		return env, err
 	}

@@ -23,8 +23,9 @@ import (
 // old pod until its sessions end; the ingress keeps their cookies on it,
 // on every replica, and sends new users elsewhere.
 func TestIngressKeepsEverySession(t *testing.T) {
+	t.Parallel() // each scenario runs its own control plane
 	for _, kind := range []Ingress{HAProxyIngress, Traefik} {
-		t.Run(string(kind), func(t *testing.T) { ingressScenario(t, kind) })
+		t.Run(string(kind), func(t *testing.T) { t.Parallel(); ingressScenario(t, kind) })
 	}
 }
 

@@ -56,6 +56,7 @@ func soakFlavour(vs []haproxytest.Version, name string) (haproxytest.Flavour, er
 }
 
 func TestSoak(t *testing.T) {
+	t.Parallel() // each scenario runs its own control plane
 	duration := 2 * time.Minute
 	if v := os.Getenv("STICKYDRAIN_SOAK_DURATION"); v != "" {
 		d, err := time.ParseDuration(v)

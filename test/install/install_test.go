@@ -35,16 +35,23 @@ type env struct {
 	imgs map[string]node.Image
 }
 
-func start(t *testing.T, ctx context.Context) *env {
+// realNode skips under -short, then waits for the machine's real node
+// (before the test's clock starts: other packages' tests may hold it).
+func realNode(t *testing.T) *cluster.RealNodeLock {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a control plane and a real node (-short)")
 	}
+	return cluster.LockRealNodeT(t)
+}
+
+func start(t *testing.T, ctx context.Context, lock *cluster.RealNodeLock) *env {
+	t.Helper()
 	imgs, err := node.BuildImages(ctx, t.TempDir(), t.Logf, "pause", "sessionapp", "drainctl", "stickydrain", "cert-manager")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := cluster.StartT(t, cluster.Options{RealNode: true})
+	c := cluster.StartT(t, cluster.Options{RealNode: true, RealNodeLock: lock})
 	var tars []string
 	for _, i := range imgs {
 		tars = append(tars, i.Tarball)
@@ -77,9 +84,10 @@ func start(t *testing.T, ctx context.Context) *env {
 // injected (the other replica answers; failurePolicy Fail would refuse the
 // pods if none did).
 func TestInstallOnTheRealNode(t *testing.T) {
+	lock := realNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	e := start(t, ctx)
+	e := start(t, ctx, lock)
 
 	if err := install.CertManager(ctx, e.c, e.imgs["cert-manager"].Ref); err != nil {
 		t.Fatal(err)

@@ -30,13 +30,14 @@ func TestPodRunsOnTheRealNode(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the node needs root")
 	}
+	lock := cluster.LockRealNodeT(t) // before the clock starts
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	imgs, err := node.BuildImages(ctx, t.TempDir(), t.Logf, "pause", "sessionapp")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := cluster.StartT(t, cluster.Options{RealNode: true})
+	c := cluster.StartT(t, cluster.Options{RealNode: true, RealNodeLock: lock})
 	n, err := node.Start(ctx, node.Options{Cluster: c, Log: t.Logf,
 		Images: []string{imgs["pause"].Tarball, imgs["sessionapp"].Tarball}, SandboxImage: imgs["pause"].Ref})
 	if err != nil {

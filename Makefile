@@ -73,10 +73,12 @@ lint: ## gofmt check, go vet and staticcheck.
 test: deps test-parts ## Unit, integration and end-to-end tests (-race) on a real local control plane, against HAProxy 2.6, 3.0 and 3.2, haproxy-ingress and Traefik, and on a real node (kubelet, containerd, runc).
 	@# The image builder is a module of its own (go-containerregistry).
 	cd tools/images && $(GO) test -race -count=1 ./...
-	@# One package at a time: several control planes, pod hosts and
-	@# HAProxy pairs at once on 2 cores starve readiness probes.
-	STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" STICKYDRAIN_HAPROXY="$$(test/tools/haproxy.sh)" \
-	  STICKYDRAIN_PEERS="$$(test/peers/build.sh)" STICKYDRAIN_CONTAINERD="$$(test/tools/containerd.sh)" \
+	@# Each part is asked for first: one that fails (an HAProxy version of
+	@# the matrix missing, say) fails the run, never leaves a test to fall
+	@# back on what the machine has.
+	k8s="$$(test/tools/build.sh)" && haproxy="$$(test/tools/haproxy.sh)" && peers="$$(test/peers/build.sh)" && \
+	  containerd="$$(test/tools/containerd.sh)" && \
+	  STICKYDRAIN_K8S_BINS="$$k8s" STICKYDRAIN_HAPROXY="$$haproxy" STICKYDRAIN_PEERS="$$peers" STICKYDRAIN_CONTAINERD="$$containerd" \
 	  STICKYDRAIN_IMAGES="$(abspath $(BIN))/test-images" $(GO) test -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 .PHONY: test-parts

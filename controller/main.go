@@ -5,8 +5,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -75,7 +78,14 @@ func main() {
 	log := ctrl.Log.WithName("controller")
 
 	raw, err := os.ReadFile(configPath)
-	if err != nil {
+	missing := errors.Is(err, fs.ErrNotExist)
+	switch {
+	case missing:
+		// The install does not ship the configuration (re-applying it
+		// must never overwrite the operator's): until the operator
+		// creates it, nothing is mapped.
+		raw = nil
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "controller: reading configuration:", err)
 		os.Exit(2)
 	}
@@ -100,6 +110,9 @@ func main() {
 	}
 	for _, w := range cfg.Warnings() {
 		log.Info("warning: "+w, "config", configPath)
+	}
+	if missing {
+		log.Info("no configuration file yet: no load balancer is configured, nothing is mapped until the operator writes it (docs/install.md, \"Configure the load balancers\"); it is read again every 5s", "config", configPath)
 	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                  scheme,
@@ -139,20 +152,52 @@ func main() {
 	// A changed configuration file is validated; a bad one is refused and
 	// the running configuration kept.
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		config.Watch(ctx, configPath, raw, 5*time.Second, func(c *config.Config) {
+		refusal := "" // what the last refused change would have taken
+		config.Watch(ctx, configPath, raw, 5*time.Second, func(c *config.Config) bool {
 			if err := supported(c); err != nil {
+				m.ConfigChange("invalid")
 				log.Error(err, "refusing configuration change; keeping the running configuration", "config", configPath)
-				return
+				return true
 			}
+			// A change that would take servers out of live upstreams is
+			// refused: they leave when their pods go or their Service is
+			// unmapped, not because a line of the configuration went.
+			revs, err := r.Revoked(ctx, c)
+			if err != nil {
+				m.ConfigChange("error")
+				log.Error(err, "checking the configuration change; trying again", "config", configPath)
+				return false
+			}
+			if len(revs) > 0 {
+				// Checked again every 5s: once the Services are unmapped
+				// (or their pods gone) the change applies. Said once per
+				// list of what it would take.
+				what := make([]string, len(revs))
+				for i, v := range revs {
+					what[i] = v.String()
+				}
+				if said := strings.Join(what, "; "); said != refusal {
+					refusal = said
+					m.ConfigChange("revoking")
+					log.Error(errors.New(said), "refusing configuration change: it would take servers out of live upstreams; keeping the running configuration, and applying the change once nothing it would take is live (unmap the Services first to take their servers out on purpose)", "config", configPath)
+					r.RefuseRevocations(ctx, revs)
+				}
+				return false
+			}
+			refusal = ""
 			if err := r.SetConfig(ctx, c); err != nil {
-				log.Error(err, "applying the configuration change", "config", configPath)
-				return
+				m.ConfigChange("error")
+				log.Error(err, "applying the configuration change; trying again", "config", configPath)
+				return false
 			}
+			m.ConfigChange("applied")
 			log.Info("configuration reloaded", "config", configPath, "loadBalancers", len(c.LoadBalancers))
 			for _, w := range c.Warnings() {
 				log.Info("warning: "+w, "config", configPath)
 			}
+			return true
 		}, func(err error) {
+			m.ConfigChange("invalid")
 			log.Error(err, "refusing configuration change; keeping the running configuration", "config", configPath)
 		})
 		return nil

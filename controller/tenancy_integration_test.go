@@ -25,6 +25,7 @@ import (
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/plan"
 	"github.com/stickydrain/stickydrain/test/cluster"
+	"github.com/stickydrain/stickydrain/test/e2e"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
 	emulator "github.com/stickydrain/stickydrain/test/nginxplus"
 	"github.com/stickydrain/stickydrain/test/podhost"
@@ -283,17 +284,34 @@ resync: 2s
 		`stickydrain_controller_refusals_total{lb="plus",reason="WithoutPod"}`,
 	)
 
-	// 7. The operator withdraws shop from edge in a configuration reload,
-	// and takes plus from it by relabelling the namespace: both empty,
-	// with an Event saying why.
+	// 7. The operator withdraws shop from edge in a configuration edit
+	// while shop/web has servers there: refused, not applied silently —
+	// edge/shop keeps its servers, shop/web is told why, the refusal is
+	// counted. Once shop/web is unmapped from edge (its servers leave on
+	// purpose), the same edit applies by itself.
 	must(t, os.WriteFile(configPath, []byte(configFor("blog")), 0o644))
-	eventually(t, ctx, "edge/shop emptied after shop's withdrawal", func() bool { es, _, _ := read(); return len(es) == 0 })
-	eventually(t, ctx, "UpstreamNotAllowed (withdrawn) on shop/web", func() bool {
-		return events("shop", "web", "UpstreamNotAllowed", "servers removed from edge/shop: namespace shop may not map onto edge/shop")
+	eventually(t, ctx, "ConfigurationChangeRefused on shop/web", func() bool {
+		return events("shop", "web", "ConfigurationChangeRefused", "every server of shop/web out of edge/shop (namespace shop may not map onto edge/shop:")
+	})
+	time.Sleep(6 * time.Second) // the watcher checks every 5s: a second look
+	if es, _, _ := read(); !holds(es, shopA, shopB) {
+		t.Errorf("edge/shop holds %v after a refused configuration change; want shop's pods still", es)
+	}
+	ctl.expectMetrics(t, `stickydrain_controller_config_changes_total{result="revoking"} 1`)
+	var web corev1.Service
+	must(t, k.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "web"}, &web))
+	web.Annotations["stickydrain.io/upstreams"] = "plus/shop"
+	must(t, k.Update(ctx, &web))
+	eventually(t, ctx, "edge/shop emptied once shop/web is unmapped from it", func() bool { es, _, _ := read(); return len(es) == 0 })
+	eventually(t, ctx, "the held configuration applied", func() bool {
+		body, err := e2e.ScrapeGuarded(ctx, ctl.c, ctl.metricsPort)
+		return err == nil && strings.Contains(body, `stickydrain_controller_config_changes_total{result="applied"} 1`)
 	})
 	if _, _, ps := read(); !holds(ps, shopA, shopB) {
-		t.Errorf("plus/shop holds %v after edge withdrew shop; want shop's pods still", ps)
+		t.Errorf("plus/shop holds %v after shop/web left edge; want shop's pods still", ps)
 	}
+	// A Namespace's labels are the operator's word too, read as they
+	// change: plus takes shop away at once.
 	var ns corev1.Namespace
 	must(t, k.Get(ctx, client.ObjectKey{Name: "shop"}, &ns))
 	ns.Labels = map[string]string{"tenant": "none"}

@@ -243,9 +243,6 @@ func (c *Config) Validate() error {
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
 	}
-	if len(c.LoadBalancers) == 0 {
-		bad("loadBalancers", "empty; want at least one load balancer")
-	}
 	if c.Resync.Duration < time.Second {
 		bad("resync", "%s is too short; want at least 1s", c.Resync.Duration)
 	}
@@ -374,6 +371,9 @@ func validateNamespaces(f string, n *Namespaces, bad func(field, format string, 
 // and at each reload.
 func (c *Config) Warnings() []string {
 	var out []string
+	if len(c.LoadBalancers) == 0 {
+		out = append(out, "no load balancer configured (loadBalancers is empty): every Service mapping is refused until the operator adds one")
+	}
 	for _, lb := range c.LoadBalancers {
 		if lb.AllowedNamespaces == nil && len(lb.Upstreams) == 0 {
 			out = append(out, fmt.Sprintf("load balancer %s allows no namespace: every Service mapping onto it is refused (UpstreamNotAllowed) until allowedNamespaces or upstreams say who may", lb.Name))

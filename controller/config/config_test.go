@@ -33,7 +33,6 @@ resync: 1m
 func TestParseErrorsNameTheField(t *testing.T) {
 	tests := []struct{ name, yaml, want string }{
 		{"unknown field", "loadBalancers: []\nresinc: 1m\n", `unknown field "resinc"`},
-		{"no load balancers", "resync: 1m\n", "loadBalancers: empty"},
 		{"bad type", "loadBalancers: [{name: a, type: f5, instances: {static: [\"tcp://h:1\"]}}]", `loadBalancers[0].type: "f5" is not one of haproxy, nginx-plus`},
 		{"bad address", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"h:1\"]}}]", `loadBalancers[0].instances.static[0]: "h:1" is not unix:///path or tcp://host:port`},
 		{"both instance kinds", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"], service: {namespace: n, name: s, port: p}}}]", "loadBalancers[0].instances: give static or service, not both"},
@@ -100,4 +99,18 @@ func FuzzParse(f *testing.F) {
 		}
 		_ = c.Warnings()
 	})
+}
+
+// The install ships no load balancer (the operator's configuration is
+// their own): an empty configuration is valid, maps nothing, and says so.
+func TestEmptyConfigurationIsValidAndSaysItMapsNothing(t *testing.T) {
+	for _, in := range []string{"", "resync: 1m\n", "loadBalancers: []\n"} {
+		c, err := Parse([]byte(in))
+		if err != nil {
+			t.Fatalf("%q: %v", in, err)
+		}
+		if w := c.Warnings(); len(w) != 1 || !strings.Contains(w[0], "no load balancer configured") {
+			t.Errorf("%q: warnings %q, want one saying no load balancer is configured", in, w)
+		}
+	}
 }

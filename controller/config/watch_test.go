@@ -27,7 +27,7 @@ func TestWatchAppliesValidChangesAndRefusesInvalidOnes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	loaded, _ := os.ReadFile(path)
-	go Watch(ctx, path, loaded, 10*time.Millisecond, func(c *Config) { applied <- c }, func(err error) { refused <- err })
+	go Watch(ctx, path, loaded, 10*time.Millisecond, func(c *Config) bool { applied <- c; return true }, func(err error) { refused <- err })
 
 	write("loadBalancers: [{name: a, type: f5}]\n")
 	select {
@@ -48,5 +48,39 @@ func TestWatchAppliesValidChangesAndRefusesInvalidOnes(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a valid change was not applied")
+	}
+}
+
+// A change apply does not settle (it would take live servers) is given
+// again at each interval until it does; a deleted file changes nothing.
+func TestWatchRetriesAChangeNotSettledAndIgnoresADeletedFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(path, []byte("resync: 1m\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	calls := make(chan int, 100)
+	n := 0
+	go Watch(ctx, path, nil, 10*time.Millisecond, func(*Config) bool {
+		n++
+		calls <- n
+		return n >= 3 // held twice, then settled
+	}, func(err error) { t.Errorf("refused: %v", err) })
+	deadline := time.After(5 * time.Second)
+	for got := 0; got < 3; {
+		select {
+		case got = <-calls:
+		case <-deadline:
+			t.Fatalf("apply called %d times, want 3 (retried until settled)", got)
+		}
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-calls:
+		t.Fatalf("apply called again (%d) after settling, or for a deleted file", n)
+	case <-time.After(200 * time.Millisecond):
 	}
 }

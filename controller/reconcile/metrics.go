@@ -16,6 +16,7 @@ type Metrics struct {
 	marks      *prometheus.CounterVec
 	stateLost  *prometheus.CounterVec
 	refusals   *prometheus.CounterVec
+	configs    *prometheus.CounterVec
 }
 
 // NewMetrics registers the controller's metrics with reg.
@@ -54,11 +55,19 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "stickydrain_controller_refusals_total",
 			Help: "Mappings and endpoints refused by the tenancy rules, by load balancer and reason (NoRule, NamespaceNotAllowed, Pinned, UnknownLoadBalancer, OutsideCIDRs, WithoutPod, PodInOtherNamespace, NotPodAddress); counted on each pass that refuses them.",
 		}, []string{"lb", "reason"}),
+		configs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stickydrain_controller_config_changes_total",
+			Help: "Changes of the configuration file seen, by result: applied; invalid (refused, it does not parse or validate); revoking (refused, it would take servers out of live upstreams); error (not checked, tried again).",
+		}, []string{"result"}),
 	}
-	for _, c := range []prometheus.Collector{m.servers, m.changes, m.lbErrors, m.drainDelay, m.probes, m.marks, m.stateLost, m.refusals} {
+	for _, c := range []prometheus.Collector{m.servers, m.changes, m.lbErrors, m.drainDelay, m.probes, m.marks, m.stateLost, m.refusals, m.configs} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering controller metrics: %w", err)
 		}
 	}
 	return m, nil
 }
+
+// ConfigChange counts a change of the configuration file by its result:
+// applied, invalid, revoking or error.
+func (m *Metrics) ConfigChange(result string) { m.configs.WithLabelValues(result).Inc() }

@@ -40,11 +40,20 @@ fetch() { # url sha256 out
 	mv "$3.part" "$3"
 }
 
+# series BIN prints the HAProxy series BIN is (e.g. 2.6). No pipe: a grep
+# or head that exits first kills `haproxy -v` with SIGPIPE, and pipefail
+# then calls a good binary broken.
+series() {
+	local out
+	out="$("$1" -v 2>&1)" || return 1
+	[[ $out =~ HAProxy\ version\ ([0-9]+\.[0-9]+)\. ]] && echo "${BASH_REMATCH[1]}"
+}
+
 haproxy26() {
 	local bin
 	bin="$(command -v haproxy || true)"
 	[[ -x /usr/sbin/haproxy ]] && bin=/usr/sbin/haproxy
-	if [[ -z "$bin" ]] || ! "$bin" -v | grep -q '^HAProxy version 2\.6\.'; then
+	if [[ -z "$bin" ]] || [[ "$(series "$bin")" != 2.6 ]]; then
 		log "Debian bookworm's haproxy 2.6 is not installed (make deps installs it)"
 		return 1
 	fi

@@ -1,0 +1,136 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/stickydrain/stickydrain/controller/config"
+	endpoints "github.com/stickydrain/stickydrain/controller/source"
+	"github.com/stickydrain/stickydrain/controller/tenancy"
+)
+
+// ReasonConfigurationRefused is the Event reason on a Service whose
+// servers a refused configuration change would have taken out.
+const ReasonConfigurationRefused = "ConfigurationChangeRefused"
+
+// Revocation is one thing a configuration change would take out of a live
+// upstream: a Service's mapping, or one of its servers.
+type Revocation struct {
+	Service  types.NamespacedName
+	Upstream string // <lb>/<upstream>
+	// Server is the address taken out, or empty when the whole mapping
+	// (every server of the Service on Upstream) is.
+	Server string
+	Why    string
+}
+
+func (v Revocation) String() string {
+	what := "every server of " + v.Service.String()
+	if v.Server != "" {
+		what = "server " + v.Server + " of " + v.Service.String()
+	}
+	return fmt.Sprintf("%s out of %s (%s)", what, v.Upstream, v.Why)
+}
+
+// Revoked lists what applying next would take out of live upstreams: each
+// Service with endpoints, mapped onto an upstream that the running
+// configuration allows it and next does not (its load balancer gone from
+// next, its namespace or upstream no longer allowed), and each endpoint the
+// running configuration admits and next would not (allowedCIDRs narrowed).
+// A controller applies a change only when the list is empty (see
+// ConfigGuard): servers leave an upstream because their pods go or their
+// Service is unmapped, never because an edit of the configuration dropped
+// a line. It reads from the cache, so every replica, leading or not, comes
+// to the same answer.
+func (r *Reconciler) Revoked(ctx context.Context, next *config.Config) ([]Revocation, error) {
+	cur, curP := r.rules()
+	nextP, err := tenancy.New(next)
+	if err != nil {
+		return nil, err
+	}
+	var list corev1.ServiceList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("listing Services to check the configuration change: %w", err)
+	}
+	var out []Revocation
+	for i := range list.Items {
+		svc := &list.Items[i]
+		ann, mapped := svc.Annotations[AnnotationUpstreams]
+		if !mapped || svc.DeletionTimestamp != nil {
+			continue
+		}
+		ups, err := ParseUpstreams(ann, cur)
+		if err != nil {
+			continue // mapped onto nothing today
+		}
+		key := client.ObjectKeyFromObject(svc)
+		var sl discoveryv1.EndpointSliceList
+		if err := r.Client.List(ctx, &sl, client.InNamespace(svc.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
+			return nil, fmt.Errorf("listing the EndpointSlices of %s: %w", key, err)
+		}
+		desired, err := endpoints.Desired(sl.Items, svc.Annotations[AnnotationPort], endpoints.Options{
+			DrainNotReady: cur.DrainNotReady, KeepDrainingWhenNotServing: cur.KeepDrainingWhenNotServing,
+		})
+		if err != nil || len(desired) == 0 {
+			continue // no server today
+		}
+		nextUps, nextErr := ParseUpstreams(ann, next)
+		for _, u := range ups {
+			v, err := r.claim(ctx, curP, key, u)
+			if err != nil {
+				return nil, err
+			}
+			if !v.Allowed {
+				continue
+			}
+			if nextErr != nil || !slices.Contains(nextUps, u) {
+				out = append(out, Revocation{Service: key, Upstream: u.String(), Why: fmt.Sprintf("load balancer %q is not in the new configuration", u.LB)})
+				continue
+			}
+			nv, err := r.claim(ctx, nextP, key, u)
+			if err != nil {
+				return nil, err
+			}
+			if !nv.Allowed {
+				out = append(out, Revocation{Service: key, Upstream: u.String(), Why: nv.Message})
+				continue
+			}
+			for a, e := range desired {
+				te := tenancy.Endpoint{Addr: a.Addr(), PodNamespace: e.PodNamespace, PodName: e.PodName}
+				if now := curP.Endpoint(u.LB, svc.Namespace, te); !now.Allowed && now.Reason != tenancy.NotPodAddress {
+					continue // not a server today
+				}
+				if nv := nextP.Endpoint(u.LB, svc.Namespace, te); !nv.Allowed && nv.Reason != tenancy.NotPodAddress {
+					out = append(out, Revocation{Service: key, Upstream: u.String(), Server: a.String(), Why: nv.Message})
+				}
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out, nil
+}
+
+// RefuseRevocations reports a configuration change refused because of
+// what Revoked found: an Event on each Service it would have cut.
+func (r *Reconciler) RefuseRevocations(ctx context.Context, revs []Revocation) {
+	seen := map[types.NamespacedName]bool{}
+	for _, v := range revs {
+		if seen[v.Service] {
+			continue
+		}
+		seen[v.Service] = true
+		var svc corev1.Service
+		if err := r.Client.Get(ctx, v.Service, &svc); err != nil {
+			continue
+		}
+		r.Recorder.Eventf(&svc, nil, corev1.EventTypeWarning, ReasonConfigurationRefused, action("Reconfigure", v.Upstream),
+			"the controller refused a configuration change that would take %s; its servers are kept. To take them out on purpose, remove this Service's %s annotation first", v, AnnotationUpstreams)
+	}
+}

@@ -41,7 +41,7 @@ import (
 
 const ns = "stickydrain-system"
 
-var samples = []string{"samples/tomcat", "samples/spring", "samples/haproxy", "samples/nginx-plus"}
+var samples = []string{"samples/tomcat", "samples/spring", "samples/haproxy", "samples/nginx-plus", "samples/controller-config"}
 
 func render(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
@@ -81,7 +81,6 @@ func TestTheInstallHasEveryPart(t *testing.T) {
 		"ClusterRole/stickydrain-webhook",
 		"ClusterRoleBinding/stickydrain-controller",
 		"ClusterRoleBinding/stickydrain-webhook",
-		"ConfigMap/stickydrain-controller",
 		"Deployment/stickydrain-controller",
 		"Deployment/stickydrain-webhook",
 		"Issuer/stickydrain-selfsigned",
@@ -337,15 +336,30 @@ func TestTheBinariesAcceptTheShippedArguments(t *testing.T) {
 			t.Errorf("%s %s: %v\n%s", c.Command[0], strings.Join(c.Args, " "), err, out)
 		}
 	}
-	var cm corev1.ConfigMap
-	find(t, objs, "ConfigMap", "stickydrain-controller", &cm)
 	var d appsv1.Deployment
 	find(t, objs, "Deployment", "stickydrain-controller", &d)
 	if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--config=/etc/stickydrain/controller.yaml") {
 		t.Errorf("the controller does not read /etc/stickydrain/controller.yaml: %q", d.Spec.Template.Spec.Containers[0].Args)
 	}
+	// The configuration is the operator's: the install mounts it, optional
+	// (the controller starts without it and maps nothing), and does not ship
+	// it, so that re-applying the install cannot overwrite it.
+	for _, o := range objs {
+		if o.GetKind() == "ConfigMap" {
+			t.Errorf("the install ships ConfigMap %s: re-applying it would overwrite the operator's configuration", o.GetName())
+		}
+	}
+	vols := d.Spec.Template.Spec.Volumes
+	if len(vols) != 1 || vols[0].ConfigMap == nil || vols[0].ConfigMap.Name != "stickydrain-controller" || vols[0].ConfigMap.Optional == nil || !*vols[0].ConfigMap.Optional {
+		t.Errorf("the controller's configuration volume is not ConfigMap stickydrain-controller, optional: %+v", vols)
+	}
+	var cm corev1.ConfigMap
+	find(t, render(t, manifests.Dir("samples/controller-config")), "ConfigMap", "stickydrain-controller", &cm)
+	if cm.Namespace != ns {
+		t.Errorf("the sample configuration is in namespace %q, want %s", cm.Namespace, ns)
+	}
 	if _, err := config.Parse([]byte(cm.Data["controller.yaml"])); err != nil {
-		t.Errorf("the shipped controller configuration: %v", err)
+		t.Errorf("the sample controller configuration: %v", err)
 	}
 }
 
@@ -427,6 +441,31 @@ func TestTheInstallAppliesToARealAPIServer(t *testing.T) {
 	apply("default")
 	for _, s := range samples {
 		apply(s)
+	}
+
+	// The operator edits the configuration, then re-applies the install
+	// (kubectl apply -k, server-side, forced: what a GitOps tool does on
+	// every sync): the edit stays.
+	var cm corev1.ConfigMap
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "stickydrain-controller"}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	edited := cm.Data["controller.yaml"] + "# edited by the operator\n"
+	cm.Data["controller.yaml"] = edited
+	if err := c.Client.Update(ctx, &cm); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range render(t, manifests.Dir("default")) {
+		o.SetManagedFields(nil)
+		if err := c.Client.Patch(ctx, o, client.Apply, client.FieldOwner("kubectl"), client.ForceOwnership); err != nil {
+			t.Errorf("re-applying %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "stickydrain-controller"}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	if cm.Data["controller.yaml"] != edited {
+		t.Errorf("re-applying the install changed the operator's configuration:\n%s", cm.Data["controller.yaml"])
 	}
 
 	// The API server stored them: read back what a user would look at.

@@ -111,8 +111,9 @@ func CertManager(ctx context.Context, c *cluster.Cluster, image string) error {
 // Stickydrain applies manifests/default through an overlay that replaces
 // the stickydrain image, as a user mirroring it writes one, and sets the
 // webhook's --drainctl-image (kustomize's images: does not reach an
-// argument). controllerConfig, when not empty, replaces the controller's
-// configuration (controller.yaml), as the operator's overlay does.
+// argument). controllerConfig, when not empty, is the controller's
+// configuration (controller.yaml): the install ships none, the operator
+// creates the ConfigMap it mounts, here before the install.
 func Stickydrain(ctx context.Context, c *cluster.Cluster, imgs map[string]node.Image, controllerConfig string) error {
 	overlay, err := os.MkdirTemp("", "stickydrain-overlay-")
 	if err != nil {
@@ -143,13 +144,16 @@ func Stickydrain(ctx context.Context, c *cluster.Cluster, imgs map[string]node.I
 			if err := setDrainctlImage(o, imgs["drainctl"].Ref); err != nil {
 				return err
 			}
-		case o.GetKind() == "ConfigMap" && o.GetName() == "stickydrain-controller" && controllerConfig != "":
-			if err := unstructured.SetNestedField(o.Object, controllerConfig, "data", "controller.yaml"); err != nil {
-				return err
-			}
 		}
 		if err := c.Client.Create(ctx, o); err != nil {
 			return fmt.Errorf("applying %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+		if o.GetKind() == "Namespace" && o.GetName() == Namespace && controllerConfig != "" {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: "stickydrain-controller"},
+				Data: map[string]string{"controller.yaml": controllerConfig}}
+			if err := c.Client.Create(ctx, cm); err != nil {
+				return fmt.Errorf("creating the controller's configuration: %w", err)
+			}
 		}
 	}
 	for _, d := range []string{"stickydrain-webhook", "stickydrain-controller"} {

@@ -241,6 +241,58 @@ func TestAnOverlayMayMoveTheInstallToAnotherNamespace(t *testing.T) {
 	}
 }
 
+// An operator mirroring the images writes one images: list, as for any
+// kustomize install, and every image of the install follows it — the
+// drainctl image the webhook injects too (it reads it from its own init
+// container, which images: rewrites; an argument would not be).
+func TestAMirrorRewritesBothImagesInOnePlace(t *testing.T) {
+	dir := t.TempDir()
+	base, err := filepath.Rel(dir, manifests.Dir("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := fmt.Sprintf(`resources: [%q]
+images:
+  - {name: ghcr.io/stickydrain/stickydrain, newName: mirror.example.com/sd/stickydrain, newTag: v9}
+  - {name: ghcr.io/stickydrain/drainctl, newName: mirror.example.com/sd/drainctl, newTag: v9}
+`, base)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs := render(t, dir)
+	for _, o := range objs {
+		b, err := o.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "ghcr.io/") {
+			t.Errorf("%s %s still names ghcr.io after the mirror's images:", o.GetKind(), o.GetName())
+		}
+	}
+	var d appsv1.Deployment
+	find(t, objs, "Deployment", "stickydrain-webhook", &d)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stickydrain-webhook-abc"}, Spec: d.Spec.Template.Spec}
+	cfg := inject.Config{}
+	args := d.Spec.Template.Spec.Containers[0].Args
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--drainctl-image-from-container="); ok {
+			cfg.DrainctlImageFrom = v
+		}
+		if strings.HasPrefix(a, "--drainctl-image=") {
+			t.Errorf("the webhook is given %s: a mirror's images: would not rewrite it", a)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("the webhook's arguments %q: %v", args, err)
+	}
+	if err := cfg.ResolveDrainctlImage(pod); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.DrainctlImage != "mirror.example.com/sd/drainctl:v9" {
+		t.Errorf("the webhook would inject %q, want the mirrored mirror.example.com/sd/drainctl:v9", cfg.DrainctlImage)
+	}
+}
+
 func TestTheDeploymentsAreHardenedAndHighlyAvailable(t *testing.T) {
 	objs := render(t, manifests.Dir("default"))
 	for _, name := range []string{"stickydrain-webhook", "stickydrain-controller"} {

@@ -3,13 +3,18 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -83,6 +88,12 @@ func main() {
 		log.Error(err, "loading kubeconfig")
 		os.Exit(1)
 	}
+	if cfg.DrainctlImageFrom != "" {
+		if err := resolveDrainctlImage(&cfg, restCfg, scheme); err != nil {
+			fmt.Fprintln(os.Stderr, "webhook:", err)
+			os.Exit(2)
+		}
+	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                serving.Metrics(metricsAddr),
@@ -121,9 +132,29 @@ func main() {
 		log.Error(err, "adding readyz")
 		os.Exit(1)
 	}
-	log.Info("starting", "port", port, "certDir", certDir, "drainctlImage", cfg.DrainctlImage)
+	log.Info("starting", "port", port, "certDir", certDir, "drainctlImage", cfg.DrainctlImage, "drainctlImageFrom", cfg.DrainctlImageFrom)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "webhook stopped")
 		os.Exit(1)
 	}
+}
+
+// resolveDrainctlImage reads the webhook's own pod (POD_NAMESPACE and
+// POD_NAME, from the downward API) for the drainctl image's container.
+func resolveDrainctlImage(cfg *inject.Config, restCfg *rest.Config, scheme *runtime.Scheme) error {
+	ns, name := os.Getenv("POD_NAMESPACE"), os.Getenv("POD_NAME")
+	if ns == "" || name == "" {
+		return fmt.Errorf("--drainctl-image-from-container=%s needs POD_NAMESPACE and POD_NAME (the downward API's metadata.namespace and metadata.name)", cfg.DrainctlImageFrom)
+	}
+	c, err := client.New(restCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("creating a client: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var own corev1.Pod
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &own); err != nil {
+		return fmt.Errorf("--drainctl-image-from-container: reading the webhook's own pod %s/%s: %w", ns, name, err)
+	}
+	return cfg.ResolveDrainctlImage(&own)
 }

@@ -109,9 +109,9 @@ func CertManager(ctx context.Context, c *cluster.Cluster, image string) error {
 }
 
 // Stickydrain applies manifests/default through an overlay that replaces
-// the stickydrain image, as a user mirroring it writes one, and sets the
-// webhook's --drainctl-image (kustomize's images: does not reach an
-// argument). controllerConfig, when not empty, is the controller's
+// the stickydrain and drainctl images, as a user mirroring them writes
+// one: nothing else (the webhook reads the drainctl image from its own
+// init container). controllerConfig, when not empty, is the controller's
 // configuration (controller.yaml): the install ships none, the operator
 // creates the ConfigMap it mounts, here before the install.
 func Stickydrain(ctx context.Context, c *cluster.Cluster, imgs map[string]node.Image, controllerConfig string) error {
@@ -127,8 +127,8 @@ func Stickydrain(ctx context.Context, c *cluster.Cluster, imgs map[string]node.I
 		return err
 	}
 	tag := strings.TrimPrefix(imgs["stickydrain"].Ref, node.ImageRepo+"/stickydrain:")
-	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%q]\nimages:\n  - {name: %s/stickydrain, newTag: %s}\n",
-		base, node.ImageRepo, tag)
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%q]\nimages:\n  - {name: %s/stickydrain, newTag: %s}\n  - {name: %s/drainctl, newTag: %s}\n",
+		base, node.ImageRepo, tag, node.ImageRepo, strings.TrimPrefix(imgs["drainctl"].Ref, node.ImageRepo+"/drainctl:"))
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		return err
 	}
@@ -139,12 +139,6 @@ func Stickydrain(ctx context.Context, c *cluster.Cluster, imgs map[string]node.I
 	// Namespaces first, then everything else in the rendered order.
 	sort.SliceStable(objs, func(i, j int) bool { return objs[i].GetKind() == "Namespace" && objs[j].GetKind() != "Namespace" })
 	for _, o := range objs {
-		switch {
-		case o.GetKind() == "Deployment" && o.GetName() == "stickydrain-webhook":
-			if err := setDrainctlImage(o, imgs["drainctl"].Ref); err != nil {
-				return err
-			}
-		}
 		if err := c.Client.Create(ctx, o); err != nil {
 			return fmt.Errorf("applying %s %s: %w", o.GetKind(), o.GetName(), err)
 		}
@@ -162,25 +156,6 @@ func Stickydrain(ctx context.Context, c *cluster.Cluster, imgs map[string]node.I
 		}
 	}
 	return nil
-}
-
-func setDrainctlImage(o *unstructured.Unstructured, ref string) error {
-	cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-	found := false
-	for _, c := range cs {
-		m := c.(map[string]any)
-		args, _ := m["args"].([]any)
-		for i, a := range args {
-			if s, _ := a.(string); strings.HasPrefix(s, "--drainctl-image=") {
-				args[i] = "--drainctl-image=" + ref
-				found = true
-			}
-		}
-	}
-	if !found {
-		return fmt.Errorf("the webhook Deployment has no --drainctl-image argument")
-	}
-	return unstructured.SetNestedSlice(o.Object, cs, "spec", "template", "spec", "containers")
 }
 
 // ApplyFile creates every object of a multi-document YAML file, naming the

@@ -12,8 +12,9 @@ import (
 )
 
 // The images hold what the install runs: each container of the manifests
-// that names the stickydrain image runs a binary the image holds, and the
-// drainctl image holds drainctl where the webhook's init container runs it.
+// that names the stickydrain or the drainctl image runs a binary the image
+// holds, and the drainctl image holds drainctl where the injected init
+// container runs it.
 // (This replaces the Dockerfile, which no machine here could build.)
 func TestTheImagesHoldWhatTheManifestsRun(t *testing.T) {
 	paths := map[string]map[string]bool{}
@@ -28,16 +29,17 @@ func TestTheImagesHoldWhatTheManifestsRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		type container struct {
+			Name    string   `json:"name"`
+			Image   string   `json:"image"`
+			Command []string `json:"command"`
+		}
 		var d struct {
 			Spec struct {
 				Template struct {
 					Spec struct {
-						Containers []struct {
-							Name    string   `json:"name"`
-							Image   string   `json:"image"`
-							Command []string `json:"command"`
-							Args    []string `json:"args"`
-						} `json:"containers"`
+						InitContainers []container `json:"initContainers"`
+						Containers     []container `json:"containers"`
 					} `json:"spec"`
 				} `json:"template"`
 			} `json:"spec"`
@@ -46,21 +48,15 @@ func TestTheImagesHoldWhatTheManifestsRun(t *testing.T) {
 			t.Fatalf("%s: %v", f, err)
 		}
 		seen := false
-		for _, c := range d.Spec.Template.Spec.Containers {
+		for _, c := range append(d.Spec.Template.Spec.InitContainers, d.Spec.Template.Spec.Containers...) {
 			repo, _, _ := strings.Cut(c.Image, ":")
-			if repo != DefaultRepo+"/stickydrain" {
+			name, ours := strings.CutPrefix(repo, DefaultRepo+"/")
+			if !ours || paths[name] == nil {
 				continue
 			}
-			seen = true
-			if len(c.Command) == 0 || !paths["stickydrain"][c.Command[0]] {
-				t.Errorf("%s: container %s runs %v, which the stickydrain image does not hold", f, c.Name, c.Command)
-			}
-			for _, a := range c.Args {
-				if v, ok := strings.CutPrefix(a, "--drainctl-image="); ok {
-					if r, _, _ := strings.Cut(v, ":"); r != DefaultRepo+"/drainctl" {
-						t.Errorf("%s: --drainctl-image=%s is not the drainctl image", f, v)
-					}
-				}
+			seen = seen || name == "stickydrain"
+			if len(c.Command) == 0 || !paths[name][c.Command[0]] {
+				t.Errorf("%s: container %s runs %v, which the %s image does not hold", f, c.Name, c.Command, name)
 			}
 		}
 		if !seen {

@@ -69,6 +69,11 @@ type Config struct {
 	// DrainctlImage is the image of the init container that installs
 	// drainctl (it holds the static binary at InstallerPath).
 	DrainctlImage string
+	// DrainctlImageFrom names a container of the webhook's own pod whose
+	// image is the drainctl image (the install's init container): the
+	// one place an image mirror rewrites, for both images. ResolveDrainctlImage
+	// sets DrainctlImage from it.
+	DrainctlImageFrom string
 	// OwnerKinds are the controller kinds whose pods a Namespace opt-in
 	// reaches; empty: DefaultOwnerKinds.
 	OwnerKinds []string
@@ -77,6 +82,7 @@ type Config struct {
 // BindFlags registers the config's flags.
 func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.DrainctlImage, "drainctl-image", c.DrainctlImage, "`image` of the init container that installs drainctl into opted-in pods")
+	fs.StringVar(&c.DrainctlImageFrom, "drainctl-image-from-container", c.DrainctlImageFrom, "take the drainctl image from this `container` of the webhook's own pod (POD_NAMESPACE, POD_NAME): the install's init container, so that kustomize images: or Helm values set it in one place, and the node pulls it before the webhook serves; instead of --drainctl-image")
 	fs.Func("namespace-opt-in-owner-kinds", "comma-separated `kinds` of controller whose pods a Namespace opt-in reaches (default "+strings.Join(DefaultOwnerKinds, ",")+"; also DaemonSet, Job (a CronJob's pods are its Jobs'), ReplicationController); a pod's own label opts any pod in", func(v string) error {
 		k, err := ParseOwnerKinds(v)
 		if err != nil {
@@ -89,10 +95,33 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 
 // Validate checks the config.
 func (c *Config) Validate() error {
-	if c.DrainctlImage == "" {
-		return errors.New("--drainctl-image is required, e.g. ghcr.io/stickydrain/drainctl:v0.1.0")
+	switch {
+	case c.DrainctlImage != "" && c.DrainctlImageFrom != "":
+		return errors.New("--drainctl-image and --drainctl-image-from-container both set: give one")
+	case c.DrainctlImage == "" && c.DrainctlImageFrom == "":
+		return errors.New("the drainctl image is required: --drainctl-image=IMAGE (e.g. ghcr.io/stickydrain/drainctl:v0.1.0) or --drainctl-image-from-container=NAME (a container of the webhook's own pod)")
 	}
 	return nil
+}
+
+// ResolveDrainctlImage sets DrainctlImage from the container
+// DrainctlImageFrom of own, the webhook's own pod, when that flag is set.
+func (c *Config) ResolveDrainctlImage(own *corev1.Pod) error {
+	if c.DrainctlImageFrom == "" {
+		return nil
+	}
+	for _, cs := range [][]corev1.Container{own.Spec.InitContainers, own.Spec.Containers} {
+		for _, ctr := range cs {
+			if ctr.Name == c.DrainctlImageFrom {
+				if ctr.Image == "" {
+					return fmt.Errorf("--drainctl-image-from-container=%s: the container has no image", c.DrainctlImageFrom)
+				}
+				c.DrainctlImage = ctr.Image
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("--drainctl-image-from-container=%s: pod %s/%s has no such container", c.DrainctlImageFrom, own.Namespace, own.Name)
 }
 
 // Error is a bad parameter: it names the annotation and the accepted form.

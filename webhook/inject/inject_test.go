@@ -406,3 +406,50 @@ func FuzzResolve(f *testing.F) {
 		}
 	})
 }
+
+// The drainctl image comes from one flag or from a container of the
+// webhook's own pod, never neither or both; a wrong container is named.
+func TestTheDrainctlImageIsToldInOnePlace(t *testing.T) {
+	for _, c := range []struct {
+		cfg    Config
+		errHas string
+	}{
+		{Config{}, "the drainctl image is required: --drainctl-image=IMAGE"},
+		{Config{DrainctlImage: "a", DrainctlImageFrom: "drainctl"}, "both set"},
+		{Config{DrainctlImage: "a"}, ""},
+		{Config{DrainctlImageFrom: "drainctl"}, ""},
+	} {
+		err := c.cfg.Validate()
+		if (c.errHas == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.errHas)) {
+			t.Errorf("%+v: %v, want %q", c.cfg, err, c.errHas)
+		}
+	}
+	own := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "stickydrain-system", Name: "stickydrain-webhook-1"}, Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{{Name: "drainctl", Image: "mirror.example.com/drainctl:v1"}},
+		Containers:     []corev1.Container{{Name: "webhook", Image: "mirror.example.com/stickydrain:v1"}},
+	}}
+	c := Config{DrainctlImageFrom: "drainctl"}
+	if err := c.ResolveDrainctlImage(own); err != nil || c.DrainctlImage != "mirror.example.com/drainctl:v1" {
+		t.Errorf("resolved %q, %v; want the init container's image", c.DrainctlImage, err)
+	}
+	c = Config{DrainctlImageFrom: "drainct"}
+	if err := c.ResolveDrainctlImage(own); err == nil || !strings.Contains(err.Error(), "--drainctl-image-from-container=drainct: pod stickydrain-system/stickydrain-webhook-1 has no such container") {
+		t.Errorf("a wrong container: %v", err)
+	}
+}
+
+// The injected init container is pulled with the pod's own
+// imagePullSecrets (the kubelet uses them for every container of the pod):
+// injection keeps them as they are.
+func TestInjectionKeepsThePodsImagePullSecrets(t *testing.T) {
+	p := basePod(func(p *corev1.Pod) { p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "mirror-creds"}} })
+	if _, err := Inject(p, optedNS, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Spec.InitContainers) == 0 || p.Spec.InitContainers[0].Image != cfg.DrainctlImage {
+		t.Fatalf("no drainctl init container: %+v", p.Spec.InitContainers)
+	}
+	if len(p.Spec.ImagePullSecrets) != 1 || p.Spec.ImagePullSecrets[0].Name != "mirror-creds" {
+		t.Errorf("imagePullSecrets after injection: %+v", p.Spec.ImagePullSecrets)
+	}
+}

@@ -247,6 +247,32 @@ func TestWaitStopsOnSIGTERM(t *testing.T) {
 	}
 }
 
+// Version skew: a newer webhook writes a flag this drainctl does not know
+// (as --name=value, as it writes every flag). The drain still happens,
+// with the flags it knows, and the log says what was ignored — an exit 2
+// would make the kubelet skip the drain.
+func TestWaitIgnoresFlagsOfANewerWebhook(t *testing.T) {
+	srv := countServer(t, 2, 0)
+	r := drainctl(t, "wait", "--url="+srv.URL, "--interval=50ms", "--drain-from-the-future=yes", "--min-wait=0s", "--max-wait=30s", "--another-new-switch")
+	if r.code != cli.ExitDrained {
+		t.Fatalf("exit %d, want %d (drained)\nlog:\n%s\nstderr:\n%s", r.code, cli.ExitDrained, r.log, r.stderr)
+	}
+	for _, want := range []string{"ignoring --drain-from-the-future=yes: not a flag of drainctl", "ignoring --another-new-switch", "drained: 0 sessions left"} {
+		if !strings.Contains(r.log, want) {
+			t.Errorf("log lacks %q:\n%s", want, r.log)
+		}
+	}
+	// What follows -- is the pod's own command, never taken for a flag.
+	marker := filepath.Join(t.TempDir(), "marker")
+	r = drainctl(t, "wait", "--min-wait=0s", "--max-wait=100ms", "--", "/bin/sh", "-c", "echo $0 > "+marker, "--not-ours")
+	if r.code != cli.ExitMaxWait || strings.Contains(r.log, "ignoring") {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.log, r.stderr)
+	}
+	if b, err := os.ReadFile(marker); err != nil || string(b) != "--not-ours\n" {
+		t.Errorf("the pod's command got %q, %v; want its own --not-ours", b, err)
+	}
+}
+
 func TestWaitRunsTheOriginalHookFirst(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "marker")
 	r := drainctl(t, "wait", "--min-wait", "0s", "--max-wait", "100ms", "--", "/bin/sh", "-c", "echo original > "+marker)

@@ -157,6 +157,11 @@ func runWait(ctx context.Context, args []string, env Env) int {
 	w := params.NewWait()
 	fs := newFlagSet("wait", env, waitSynopsis)
 	w.Bind(fs)
+	// Version skew (docs/opting-in.md, "Versions"): a newer webhook may
+	// write a flag this drainctl does not know. The drain goes on with the
+	// flags it knows, and says what it ignored, rather than exit 2 and
+	// skip the drain.
+	args, ignored := unknownFlags(fs, args)
 	if status, ok := parse(fs, args, env); !ok {
 		return status
 	}
@@ -186,6 +191,13 @@ func runWait(ctx context.Context, args []string, env Env) int {
 	}
 	defer closeLog()
 	log := drain.NewLogger(out, w.LogFormat == params.LogJSON)
+	for _, f := range ignored {
+		msg := fmt.Sprintf("ignoring %s: not a flag of drainctl %s (written by a newer webhook?); draining with the flags it knows", f, Version)
+		log.Log(msg, "event", "ignored-flag", "flag", f)
+		if out != env.Stderr {
+			fmt.Fprintln(env.Stderr, "drainctl wait: "+msg)
+		}
+	}
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -215,6 +227,28 @@ func runWait(ctx context.Context, args []string, env Env) int {
 	default:
 		return ExitInterrupted
 	}
+}
+
+// unknownFlags takes out of args (up to a "--") the long flags fs does not
+// define, written --name=value (as the webhook writes every flag) or bare
+// --name followed by another flag or nothing, and returns them. Anything
+// else (--name value: its arity is unknown) is left for the parser to
+// refuse.
+func unknownFlags(fs *pflag.FlagSet, args []string) (kept, ignored []string) {
+	for i, a := range args {
+		if a == "--" {
+			return append(kept, args[i:]...), ignored
+		}
+		name, isLong := strings.CutPrefix(a, "--")
+		name, _, withValue := strings.Cut(name, "=")
+		alone := withValue || i+1 == len(args) || strings.HasPrefix(args[i+1], "-")
+		if isLong && alone && name != "" && name != "help" && fs.Lookup(name) == nil {
+			ignored = append(ignored, a)
+			continue
+		}
+		kept = append(kept, a)
+	}
+	return kept, ignored
 }
 
 func hasDashDash(args []string) bool {

@@ -453,3 +453,28 @@ func TestInjectionKeepsThePodsImagePullSecrets(t *testing.T) {
 		t.Errorf("imagePullSecrets after injection: %+v", p.Spec.ImagePullSecrets)
 	}
 }
+
+// The skew contract with older drainctls (docs/opting-in.md, "Versions"):
+// every flag the webhook writes is one argument, --name=value, so that a
+// drainctl that does not know it can skip it without guessing its arity.
+func TestEveryWrittenFlagIsOneArgument(t *testing.T) {
+	p := basePod(func(p *corev1.Pod) {
+		p.Annotations[AnnotationMinWait] = "5s"
+		p.Annotations[AnnotationInterval] = "2s"
+	})
+	if _, err := Inject(p, optedNS, cfg); err != nil {
+		t.Fatal(err)
+	}
+	cmd := prestop(p, 0)
+	if len(cmd) < 3 || cmd[1] != "wait" {
+		t.Fatalf("preStop %q", cmd)
+	}
+	for _, a := range cmd[2:] {
+		if a == "--" {
+			break
+		}
+		if !strings.HasPrefix(a, "--") || !strings.Contains(a, "=") {
+			t.Errorf("preStop argument %q is not --name=value", a)
+		}
+	}
+}

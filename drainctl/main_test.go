@@ -10,7 +10,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -270,6 +272,56 @@ func TestWaitIgnoresFlagsOfANewerWebhook(t *testing.T) {
 	}
 	if b, err := os.ReadFile(marker); err != nil || string(b) != "--not-ours\n" {
 		t.Errorf("the pod's command got %q, %v; want its own --not-ours", b, err)
+	}
+}
+
+// The pod's own preStop sleep and httpGet, kept by the webhook, run before
+// the drain: the sleep's time, then the GET with its headers, then the
+// polls. A failing GET is logged and the drain goes on.
+func TestWaitRunsThePodsOwnSleepAndHTTPGetFirst(t *testing.T) {
+	var mu sync.Mutex
+	var calls []string
+	var preAt, firstPoll time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch r.URL.Path {
+		case "/pre-stop":
+			calls = append(calls, r.Header.Get("X-Drain")+" "+r.URL.RawQuery)
+			preAt = time.Now()
+		case "/count":
+			if firstPoll.IsZero() {
+				firstPoll = time.Now()
+			}
+			fmt.Fprint(w, 0)
+		case "/broken":
+			http.Error(w, "no", http.StatusInternalServerError)
+		}
+	}))
+	defer srv.Close()
+	start := time.Now()
+	r := drainctl(t, "wait", "--url="+srv.URL+"/count", "--interval=50ms", "--min-wait=0s", "--max-wait=30s",
+		"--pre-sleep=400ms", "--pre-http-get="+srv.URL+"/pre-stop?who=pod", "--pre-http-header=X-Drain: yes")
+	if r.code != cli.ExitDrained {
+		t.Fatalf("exit %d, want %d (drained)\nlog:\n%s\nstderr:\n%s", r.code, cli.ExitDrained, r.log, r.stderr)
+	}
+	mu.Lock()
+	gotCalls, gotPre, gotPoll := slices.Clone(calls), preAt, firstPoll
+	mu.Unlock()
+	if len(gotCalls) != 1 || gotCalls[0] != "yes who=pod" {
+		t.Errorf("the pod's httpGet hook got %q, want one GET with X-Drain: yes and its query", gotCalls)
+	}
+	if gotPre.Sub(start) < 400*time.Millisecond || gotPoll.Before(gotPre) {
+		t.Errorf("GET %v after the start (want after the 400ms sleep), first poll %v after it (want after the GET)", gotPre.Sub(start), gotPoll.Sub(gotPre))
+	}
+	for _, want := range []string{"the pod's own preStop sleep first: 400ms", "the pod's own preStop httpGet answered 200 OK", "drained: 0 sessions left"} {
+		if !strings.Contains(r.log, want) {
+			t.Errorf("log lacks %q:\n%s", want, r.log)
+		}
+	}
+	r = drainctl(t, "wait", "--url="+srv.URL+"/count", "--interval=50ms", "--min-wait=0s", "--max-wait=30s", "--pre-http-get="+srv.URL+"/broken")
+	if r.code != cli.ExitDrained || !strings.Contains(r.log, "answered 500 Internal Server Error; draining anyway") {
+		t.Errorf("a failing httpGet hook: exit %d\n%s", r.code, r.log)
 	}
 }
 

@@ -4,9 +4,11 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -202,6 +204,14 @@ func runWait(ctx context.Context, args []string, env Env) int {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
+	// The pod's own preStop hook first, whatever its kind; its failure is
+	// logged, not fatal: the drain that follows protects the sessions.
+	if w.PreSleep > 0 {
+		preSleep(ctx, w.PreSleep, log)
+	}
+	if w.PreHTTPGet != "" {
+		preHTTPGet(ctx, w.PreHTTPGet, w.PreHTTPHeaders, log)
+	}
 	if len(before) > 0 {
 		runBefore(ctx, before, log)
 	}
@@ -272,6 +282,47 @@ func runBefore(ctx context.Context, argv []string, log *drain.Logger) {
 	if err != nil {
 		log.Log(fmt.Sprintf("original preStop command failed: %v; draining anyway", err), "event", "before-failed")
 	}
+}
+
+// preSleep is the pod's own preStop sleep: the time a load balancer that
+// learns from endpoints alone needs to stop sending new requests.
+func preSleep(ctx context.Context, d time.Duration, log *drain.Logger) {
+	log.Log(fmt.Sprintf("the pod's own preStop sleep first: %s", d), "event", "before")
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// preHTTPGet is the pod's own preStop httpGet, called as the kubelet calls
+// it: a GET, the certificate not verified, any status accepted (logged),
+// bounded by params.PreHTTPGetTimeout.
+func preHTTPGet(ctx context.Context, url string, headers []string, log *drain.Logger) {
+	log.Log(fmt.Sprintf("the pod's own preStop httpGet first: GET %s", url), "event", "before")
+	ctx, cancel := context.WithTimeout(ctx, params.PreHTTPGetTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		log.Log(fmt.Sprintf("the pod's own preStop httpGet: %v; draining anyway", err), "event", "before-failed")
+		return
+	}
+	for _, h := range headers {
+		name, value, _ := strings.Cut(h, ":")
+		req.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+	}
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // as the kubelet's httpGet hook
+	resp, err := c.Do(req)
+	if err != nil {
+		log.Log(fmt.Sprintf("the pod's own preStop httpGet failed: %v; draining anyway", err), "event", "before-failed")
+		return
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		log.Log(fmt.Sprintf("the pod's own preStop httpGet answered %s; draining anyway", resp.Status), "event", "before-failed")
+		return
+	}
+	log.Log(fmt.Sprintf("the pod's own preStop httpGet answered %s", resp.Status))
 }
 
 func countText(n float64) string {

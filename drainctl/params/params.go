@@ -77,6 +77,11 @@ const (
 	FlagInsecureTLS      = "insecure-skip-tls-verify"
 	FlagLogFormat        = "log-format"
 	FlagLogFile          = "log-file"
+	// The pod's own preStop hook of another kind than exec, kept by the
+	// webhook: run first, then the drain (not annotations).
+	FlagPreSleep      = "pre-sleep"
+	FlagPreHTTPGet    = "pre-http-get"
+	FlagPreHTTPHeader = "pre-http-header"
 )
 
 // Defaults.
@@ -87,6 +92,9 @@ const (
 	DefaultRequestTimeout   = 5 * time.Second
 	DefaultMaxBodyBytes     = 1 << 20
 	DefaultUnreachableLimit = 6
+	// PreHTTPGetTimeout bounds the pod's own httpGet preStop call, so that
+	// the grace period can count it.
+	PreHTTPGetTimeout = 30 * time.Second
 )
 
 // Source says where and how to read the session count.
@@ -123,6 +131,11 @@ type Wait struct {
 	Podinfo          string
 	LogFormat        string
 	LogFile          string
+	// The pod's own preStop hook, run before the drain: a sleep, or an
+	// HTTP GET (with "Name: value" headers) bounded by PreHTTPGetTimeout.
+	PreSleep       time.Duration
+	PreHTTPGet     string
+	PreHTTPHeaders []string
 }
 
 // NewWait returns the defaults.
@@ -170,6 +183,9 @@ func (w *Wait) Bind(fs *pflag.FlagSet) {
 	fs.Var(intValue[int]{&w.UnreachableLimit, 1}, FlagUnreachableLimit, "end after this many consecutive failed polls (`count`): the app is gone or hung")
 	fs.StringVar(&w.Podinfo, FlagPodinfo, w.Podinfo, "downward-API annotations `file`: "+ReleaseAnnotation+" ends the drain, a shorter "+MaxWaitAnnotation+" shortens it")
 	fs.Var(choice{&w.LogFormat, []string{LogText, LogJSON}}, FlagLogFormat, "log `format`: text|json")
+	fs.Var(durationValue{&w.PreSleep, 0}, FlagPreSleep, "sleep this `duration` before the drain: the pod's own preStop sleep, kept by the webhook")
+	fs.StringVar(&w.PreHTTPGet, FlagPreHTTPGet, w.PreHTTPGet, "GET this `URL` before the drain (at most "+PreHTTPGetTimeout.String()+", TLS not verified, as the kubelet calls it): the pod's own preStop httpGet, kept by the webhook")
+	fs.StringArrayVar(&w.PreHTTPHeaders, FlagPreHTTPHeader, w.PreHTTPHeaders, "`'Name: value'` header of the --pre-http-get request; repeat it for more")
 	fs.StringVar(&w.LogFile, FlagLogFile, w.LogFile, "log to this `file` (default: the stdout of the container's main process — PID 1, or with shareProcessNamespace the oldest process of drainctl's own cgroup — when writable, else stderr)")
 }
 
@@ -220,6 +236,19 @@ func (w *Wait) Validate() error {
 	if w.MinWait > w.MaxWait {
 		errs = append(errs, fmt.Errorf("--%s %s is longer than --%s %s", FlagMinWait, w.MinWait, FlagMaxWait, w.MaxWait))
 	}
+	if w.PreHTTPGet != "" {
+		if u, err := url.Parse(w.PreHTTPGet); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--%s %q: want an http:// or https:// URL with a host", FlagPreHTTPGet, w.PreHTTPGet))
+		}
+	}
+	for _, h := range w.PreHTTPHeaders {
+		if name, _, ok := strings.Cut(h, ":"); !ok || strings.TrimSpace(name) == "" {
+			errs = append(errs, fmt.Errorf("--%s %q: want 'Name: value'", FlagPreHTTPHeader, h))
+		}
+	}
+	if len(w.PreHTTPHeaders) > 0 && w.PreHTTPGet == "" {
+		errs = append(errs, fmt.Errorf("--%s without --%s", FlagPreHTTPHeader, FlagPreHTTPGet))
+	}
 	if w.Format == FormatMatch && w.Target != 0 {
 		errs = append(errs, fmt.Errorf("--%s %v with --%s match: match reports 1 while draining and 0 when drained; leave --%s at 0", FlagTarget, w.Target, FlagFormat, FlagTarget))
 	}
@@ -241,9 +270,17 @@ func (w *Wait) FlagSet() *pflag.FlagSet {
 func Args(fs *pflag.FlagSet) []string {
 	var args []string
 	fs.Visit(func(f *pflag.Flag) {
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			for _, v := range sv.GetSlice() { // a repeated flag: one argument each
+				args = append(args, "--"+f.Name+"="+v)
+			}
+			return
+		}
 		args = append(args, "--"+f.Name+"="+f.Value.String())
 	})
-	sort.Strings(args)
+	// By name; a repeated flag's values keep their order.
+	name := func(a string) string { n, _, _ := strings.Cut(a, "="); return n }
+	sort.SliceStable(args, func(i, j int) bool { return name(args[i]) < name(args[j]) })
 	return args
 }
 

@@ -22,9 +22,16 @@ func TestArgsRoundTrip(t *testing.T) {
 		FlagMetric: `m{a="b c"}`, FlagPattern: "DRAIN(ING)?", FlagIdleBelow: "30m",
 		FlagPodinfo: "/etc/podinfo/annotations", FlagUnreachableLimit: "9", FlagBasicAuthEnv: "MANAGER_AUTH",
 		FlagInsecureTLS: "true", FlagMaxBodyBytes: "4096", FlagRequestTimeout: "2s", FlagLogFormat: LogJSON,
+		FlagPreSleep: "5s", FlagPreHTTPGet: "http://localhost:8080/pre-stop?x=1",
 	} {
 		if err := fs.Set(name, v); err != nil {
 			t.Fatalf("Set(%s, %q): %v", name, v, err)
+		}
+	}
+	// A repeated flag, with commas in its values.
+	for _, h := range []string{"X-Drain: yes, please", "Authorization: none"} {
+		if err := fs.Set(FlagPreHTTPHeader, h); err != nil {
+			t.Fatal(err)
 		}
 	}
 	args := Args(fs)
@@ -135,7 +142,8 @@ var examples = map[string]string{
 	FlagRequestTimeout: "2s", FlagMaxBodyBytes: "65536", FlagUnreachableLimit: "3", FlagPodinfo: "/etc/podinfo/annotations",
 	FlagBasicAuthFile: "/etc/manager/credentials", FlagBasicAuthEnv: "MANAGER_AUTH", FlagBearerTokenFile: "/var/run/token",
 	FlagBearerTokenEnv: "APP_TOKEN", FlagHeaderFile: "/etc/app/headers", FlagInsecureTLS: "true", FlagLogFormat: "json",
-	FlagLogFile: "/var/log/drain.log",
+	FlagLogFile: "/var/log/drain.log", FlagPreSleep: "5s", FlagPreHTTPGet: "http://localhost:8080/shutdown",
+	FlagPreHTTPHeader: "X-Drain: yes",
 }
 
 // TestEveryFlagInBothForms: every flag takes `--flag value` and

@@ -12,6 +12,7 @@ package inject
 import (
 	"errors"
 	"fmt"
+	"net"
 	"path"
 	"regexp"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	"github.com/stickydrain/stickydrain/drainctl/params"
@@ -343,10 +345,34 @@ func Resolve(spec *corev1.PodSpec, get func(string) (string, bool)) (*Plan, erro
 		}
 	}
 
+	var preWait time.Duration // the pod's own hook's time, before the drain
 	if plan.Container >= 0 {
 		c := spec.Containers[plan.Container]
 		if h := preStop(c); h != nil && !plan.ours(h) {
 			switch {
+			case h.Sleep != nil && h.Sleep.Seconds <= 0:
+				// A zero-second sleep is no hook.
+			case h.Sleep != nil:
+				// Kept, without asking: it runs first, then the drain.
+				preWait = time.Duration(h.Sleep.Seconds) * time.Second
+				if err := fs.Set(params.FlagPreSleep, preWait.String()); err != nil {
+					return nil, err
+				}
+			case h.HTTPGet != nil:
+				u, headers, err := hookURL(c, h.HTTPGet)
+				if err != nil {
+					errs = append(errs, &Error{Problem: fmt.Sprintf("container %q: its preStop httpGet cannot be kept: %v", c.Name, err)})
+					break
+				}
+				preWait = params.PreHTTPGetTimeout
+				if err := fs.Set(params.FlagPreHTTPGet, u); err != nil {
+					return nil, err
+				}
+				for _, hd := range headers {
+					if err := fs.Set(params.FlagPreHTTPHeader, hd); err != nil {
+						return nil, err
+					}
+				}
 			case !keep:
 				errs = append(errs, &Error{Annotation: AnnotationKeepPreStop, Problem: fmt.Sprintf(
 					"container %q already has a preStop hook; stickydrain will not replace it: remove it, or set %s=true to run it (exec hooks only) before the drain", c.Name, AnnotationKeepPreStop)})
@@ -373,9 +399,48 @@ func Resolve(spec *corev1.PodSpec, get func(string) (string, bool)) (*Plan, erro
 		return nil, errors.Join(errs...)
 	}
 	plan.WaitArgs = params.Args(fs)
-	plan.Grace = int64((w.MaxWait + w.MinWait + margin + time.Second - 1) / time.Second)
+	plan.Grace = int64((preWait + w.MaxWait + w.MinWait + margin + time.Second - 1) / time.Second)
 	plan.Warnings = warnings(spec, plan, w, get)
 	return plan, nil
+}
+
+// hookURL is the URL and headers drainctl calls for a container's
+// httpGet preStop, as the kubelet would call it: the scheme, the host
+// (default localhost: drainctl runs in the pod), the port by number or by
+// the container's port name, the path.
+func hookURL(c corev1.Container, h *corev1.HTTPGetAction) (string, []string, error) {
+	port := h.Port.IntValue()
+	if h.Port.Type == intstr.String {
+		port = 0
+		for _, p := range c.Ports {
+			if p.Name == h.Port.StrVal {
+				port = int(p.ContainerPort)
+			}
+		}
+		if port == 0 {
+			return "", nil, fmt.Errorf("port %q is not a port name of the container", h.Port.StrVal)
+		}
+	}
+	if port < 1 || port > 65535 {
+		return "", nil, fmt.Errorf("port %s is not 1-65535", h.Port.String())
+	}
+	scheme := "http"
+	if h.Scheme == corev1.URISchemeHTTPS {
+		scheme = "https"
+	}
+	host := h.Host
+	if host == "" {
+		host = "localhost"
+	}
+	p := h.Path
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
+	var headers []string
+	for _, hd := range h.HTTPHeaders {
+		headers = append(headers, hd.Name+": "+hd.Value)
+	}
+	return scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port)) + p, headers, nil
 }
 
 func (p *Plan) ours(h *corev1.LifecycleHandler) bool {

@@ -12,6 +12,7 @@ import (
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 )
 
@@ -208,11 +209,56 @@ func TestInject(t *testing.T) {
 			errHas: []string{`container "tomcat" already has a preStop hook`, "stickydrain.io/keep-prestop=true"},
 		},
 		{
-			name: "refuses to keep an httpGet preStop",
+			name: "keeps an httpGet preStop: called first, by port name, with its headers; the grace period counts its timeout",
 			pod: basePod(func(p *corev1.Pod) {
-				p.Annotations[AnnotationKeepPreStop] = "true"
-				p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/stop"}}}
-			}), ns: optedNS, reason: ReasonInvalid, errHas: []string{"only an exec hook can be kept"},
+				p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}
+				p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
+					Path: "/stop?now=1", Port: intstr.FromString("http"), HTTPHeaders: []corev1.HTTPHeader{{Name: "X-Stop", Value: "a, b"}},
+				}}}
+			}), ns: optedNS, reason: ReasonInjected,
+			check: func(t *testing.T, p *corev1.Pod) {
+				cmd := strings.Join(prestop(p, 0), " ")
+				for _, want := range []string{"--pre-http-get=http://localhost:8080/stop?now=1", "--pre-http-header=X-Stop: a, b"} {
+					if !strings.Contains(cmd, want) {
+						t.Errorf("preStop %q lacks %q", cmd, want)
+					}
+				}
+				// 12h max-wait + 10s min-wait + 30s margin + the call's 30s.
+				if got := *p.Spec.TerminationGracePeriodSeconds; got != 12*3600+10+30+30 {
+					t.Errorf("grace %d", got)
+				}
+			},
+		},
+		{
+			name: "keeps a preStop sleep: slept first, counted in the grace period",
+			pod: basePod(func(p *corev1.Pod) {
+				p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 15}}}
+			}), ns: optedNS, reason: ReasonInjected,
+			check: func(t *testing.T, p *corev1.Pod) {
+				if cmd := strings.Join(prestop(p, 0), " "); !strings.Contains(cmd, "--pre-sleep=15s") {
+					t.Errorf("preStop %q lacks --pre-sleep=15s", cmd)
+				}
+				if got := *p.Spec.TerminationGracePeriodSeconds; got != 12*3600+10+30+15 {
+					t.Errorf("grace %d", got)
+				}
+			},
+		},
+		{
+			name: "takes a zero-second preStop sleep for no hook",
+			pod: basePod(func(p *corev1.Pod) {
+				p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 0}}}
+			}), ns: optedNS, reason: ReasonInjected,
+			check: func(t *testing.T, p *corev1.Pod) {
+				if cmd := strings.Join(prestop(p, 0), " "); strings.Contains(cmd, "--pre-") {
+					t.Errorf("preStop %q keeps a zero-second sleep", cmd)
+				}
+			},
+		},
+		{
+			name: "refuses an httpGet preStop on a port name the container does not have",
+			pod: basePod(func(p *corev1.Pod) {
+				p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/stop", Port: intstr.FromString("admin")}}}
+			}), ns: optedNS, reason: ReasonInvalid, errHas: []string{`container "tomcat": its preStop httpGet cannot be kept: port "admin" is not a port name of the container`},
 		},
 		{
 			name: "names every bad annotation and its accepted form",

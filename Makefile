@@ -6,6 +6,7 @@ GO        ?= go
 BIN       ?= bin
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X github.com/stickydrain/stickydrain/drainctl/cli.Version=$(VERSION)
+SD_LDFLAGS := -s -w -X github.com/stickydrain/stickydrain/internal/version.Version=$(VERSION)
 # Go packages of the main module whose tests run in `make test`.
 PKGS      ?= ./...
 TEST_TIMEOUT ?= 40m
@@ -31,9 +32,9 @@ build: ## Build every command that exists into ./bin (static, stripped).
 	# drainctl only talks HTTP/1.1 to its own pod: leaving out net/http's
 	# HTTP/2 keeps the binary copied into every pod under 8 MiB.
 	CGO_ENABLED=0 $(GO) build -tags nethttpomithttp2 -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/drainctl ./drainctl
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/webhook ./webhook
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(SD_LDFLAGS)' -o $(BIN)/webhook ./webhook
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/stickydrain-certs ./certs/cmd/stickydrain-certs
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/controller ./controller
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(SD_LDFLAGS)' -o $(BIN)/controller ./controller
 
 .PHONY: images
 images: ## Build the stickydrain and drainctl images without a container engine into bin/images: multi-platform OCI layouts, a tarball per platform for `ctr images import`, images.txt with every digest (PLATFORMS=linux/amd64,linux/arm64, IMAGES=…, REPO=ghcr.io/stickydrain).

@@ -26,6 +26,7 @@ import (
 	"github.com/stickydrain/stickydrain/internal/cmdline"
 	"github.com/stickydrain/stickydrain/internal/kubeflags"
 	"github.com/stickydrain/stickydrain/internal/serving"
+	"github.com/stickydrain/stickydrain/internal/version"
 )
 
 const synopsis = `controller [flags]
@@ -128,6 +129,10 @@ func main() {
 	})
 	if err != nil {
 		log.Error(err, "creating manager")
+		os.Exit(1)
+	}
+	if err := metrics.Registry.Register(version.BuildInfo("controller")); err != nil {
+		log.Error(err, "registering build_info")
 		os.Exit(1)
 	}
 	m, err := reconcile.NewMetrics(metrics.Registry)

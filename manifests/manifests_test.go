@@ -8,6 +8,7 @@ package manifests_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -75,26 +77,33 @@ func kinds(objs []*unstructured.Unstructured) []string {
 func TestTheInstallHasEveryPart(t *testing.T) {
 	objs := render(t, manifests.Dir("default"))
 	want := []string{
+		"Certificate/stickydrain-ca",
 		"Certificate/stickydrain-webhook",
 		"ClusterRole/stickydrain-controller",
 		"ClusterRole/stickydrain-metrics-reader",
 		"ClusterRole/stickydrain-webhook",
 		"ClusterRoleBinding/stickydrain-controller",
+		"ClusterRoleBinding/stickydrain-metrics-scraper",
 		"ClusterRoleBinding/stickydrain-webhook",
 		"Deployment/stickydrain-controller",
 		"Deployment/stickydrain-webhook",
+		"Issuer/stickydrain-ca",
 		"Issuer/stickydrain-selfsigned",
 		"MutatingWebhookConfiguration/stickydrain",
 		"Namespace/stickydrain-system",
+		"NetworkPolicy/stickydrain",
 		"PodDisruptionBudget/stickydrain-controller",
 		"PodDisruptionBudget/stickydrain-webhook",
+		"PriorityClass/stickydrain-critical",
 		"Role/stickydrain-controller-leader-election",
 		"Role/stickydrain-webhook-leader-election",
 		"RoleBinding/stickydrain-controller-leader-election",
 		"RoleBinding/stickydrain-webhook-leader-election",
+		"Secret/stickydrain-metrics-scraper-token",
 		"Service/stickydrain-controller-metrics",
 		"Service/stickydrain-webhook",
 		"ServiceAccount/stickydrain-controller",
+		"ServiceAccount/stickydrain-metrics-scraper",
 		"ServiceAccount/stickydrain-webhook",
 		"ServiceMonitor/stickydrain-controller",
 		"ServiceMonitor/stickydrain-webhook",
@@ -104,7 +113,7 @@ func TestTheInstallHasEveryPart(t *testing.T) {
 		t.Errorf("manifests/default renders\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	for _, o := range objs {
-		if o.GetKind() != "Namespace" && !strings.HasSuffix(o.GetKind(), "WebhookConfiguration") && !strings.HasPrefix(o.GetKind(), "ClusterRole") && o.GetNamespace() != ns {
+		if o.GetKind() != "Namespace" && o.GetKind() != "PriorityClass" && !strings.HasSuffix(o.GetKind(), "WebhookConfiguration") && !strings.HasPrefix(o.GetKind(), "ClusterRole") && o.GetNamespace() != ns {
 			t.Errorf("%s/%s is in namespace %q, want %s", o.GetKind(), o.GetName(), o.GetNamespace(), ns)
 		}
 		if o.GetLabels()["app.kubernetes.io/part-of"] != "stickydrain" {
@@ -117,7 +126,7 @@ func TestTheInstallHasEveryPart(t *testing.T) {
 	// applies covers them), and nothing of the controller's.
 	webhookOnly := render(t, manifests.Dir("webhook-only"))
 	wantWebhookOnly := slices.DeleteFunc(slices.Clone(want), func(s string) bool {
-		return strings.HasPrefix(s, "ServiceMonitor/") || strings.Contains(s, "stickydrain-controller")
+		return monitoring(s) || strings.Contains(s, "stickydrain-controller")
 	})
 	if got := kinds(webhookOnly); !slices.Equal(got, wantWebhookOnly) {
 		t.Errorf("manifests/webhook-only renders\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantWebhookOnly, "\n"))
@@ -130,10 +139,16 @@ func TestTheInstallHasEveryPart(t *testing.T) {
 	}
 
 	without := kinds(render(t, manifests.Dir("without-monitoring")))
-	withoutMonitors := slices.DeleteFunc(slices.Clone(want), func(s string) bool { return strings.HasPrefix(s, "ServiceMonitor/") })
+	withoutMonitors := slices.DeleteFunc(slices.Clone(want), monitoring)
 	if !slices.Equal(without, withoutMonitors) {
 		t.Errorf("manifests/without-monitoring renders\n%s\nwant\n%s", strings.Join(without, "\n"), strings.Join(withoutMonitors, "\n"))
 	}
+}
+
+// monitoring tells the objects of manifests/monitoring: the ServiceMonitors
+// and the scraper identity they use.
+func monitoring(kindName string) bool {
+	return strings.HasPrefix(kindName, "ServiceMonitor/") || strings.Contains(kindName, "metrics-scraper")
 }
 
 // wiring checks that the certificate, its DNS names, the CA injection, the
@@ -209,6 +224,55 @@ func wiring(t *testing.T, objs []*unstructured.Unstructured, namespace string) {
 
 func TestTheCertificateAndTheWebhooksAreWiredTogether(t *testing.T) {
 	wiring(t, render(t, manifests.Dir("default")), ns)
+}
+
+// The API server trusts a CA of the install's own, not the webhook's leaf
+// (a leaf as its own CA bundle opens a refusal window at every renewal):
+// the leaf's Issuer is a CA Issuer on a CA Certificate whose key never
+// rotates, issued by the self-signed Issuer; cainjector reads the leaf's
+// Secret, whose ca.crt is that CA.
+func TestTheWebhookCertificateComesFromAStableCA(t *testing.T) {
+	objs := render(t, manifests.Dir("default"))
+	str := func(o *unstructured.Unstructured, path ...string) string {
+		v, _, _ := unstructured.NestedString(o.Object, path...)
+		return v
+	}
+	get := func(kind, name string) *unstructured.Unstructured {
+		o := manifests.Find(objs, kind, name)
+		if o == nil {
+			t.Fatalf("no %s %s", kind, name)
+		}
+		return o
+	}
+	leaf := get("Certificate", "stickydrain-webhook")
+	caIssuer := get("Issuer", str(leaf, "spec", "issuerRef", "name"))
+	secret := str(caIssuer, "spec", "ca", "secretName")
+	if secret == "" {
+		t.Fatalf("the leaf's Issuer %s is not a CA Issuer: %v", caIssuer.GetName(), caIssuer.Object["spec"])
+	}
+	var ca *unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "Certificate" && str(o, "spec", "secretName") == secret {
+			ca = o
+		}
+	}
+	if ca == nil {
+		t.Fatalf("no Certificate writes the CA Issuer's Secret %s", secret)
+	}
+	if isCA, _, _ := unstructured.NestedBool(ca.Object, "spec", "isCA"); !isCA {
+		t.Errorf("Certificate %s is not isCA", ca.GetName())
+	}
+	if p := str(ca, "spec", "privateKey", "rotationPolicy"); p != "Never" {
+		t.Errorf("the CA's key rotationPolicy is %q, want Never (a renewed CA must still verify the leaves it signed)", p)
+	}
+	if root := get("Issuer", str(ca, "spec", "issuerRef", "name")); root.Object["spec"].(map[string]any)["selfSigned"] == nil {
+		t.Errorf("the CA's Issuer %s is not self-signed", root.GetName())
+	}
+	for _, kind := range []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+		if got := get(kind, "stickydrain").GetAnnotations()["cert-manager.io/inject-ca-from"]; got != ns+"/"+leaf.GetName() {
+			t.Errorf("%s injects the CA from %q, want %s/%s (its Secret's ca.crt is the CA)", kind, got, ns, leaf.GetName())
+		}
+	}
 }
 
 // The README's recipe for another namespace: one layer sets it, the next
@@ -326,6 +390,18 @@ func TestTheDeploymentsAreHardenedAndHighlyAvailable(t *testing.T) {
 				t.Errorf("%s/%s: image %q, want a pinned tag", name, c.Name, c.Image)
 			}
 		}
+		if spec.PriorityClassName != "stickydrain-critical" {
+			t.Errorf("%s: priorityClassName %q, want the install's stickydrain-critical", name, spec.PriorityClassName)
+		}
+		spread := map[string]bool{}
+		for _, c := range spec.TopologySpreadConstraints {
+			if c.LabelSelector != nil && labels.SelectorFromSet(c.LabelSelector.MatchLabels).Matches(labels.Set(d.Spec.Template.Labels)) {
+				spread[c.TopologyKey] = true
+			}
+		}
+		if !spread["kubernetes.io/hostname"] || !spread["topology.kubernetes.io/zone"] {
+			t.Errorf("%s: spread over %v, want nodes and zones", name, spread)
+		}
 		var pdb policyv1.PodDisruptionBudget
 		find(t, objs, "PodDisruptionBudget", name, &pdb)
 		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
@@ -350,6 +426,44 @@ func TestTheDeploymentsAreHardenedAndHighlyAvailable(t *testing.T) {
 				t.Errorf("Service %s port %s targets %s, which no container of %s has", s.svc, p.Name, p.TargetPort.String(), s.dep)
 			}
 		}
+	}
+}
+
+// The install's Namespace lets in what is served to others, and nothing
+// more: the webhook's port (the API server) and the metrics ports (a
+// scraper; the endpoint authenticates it). Checked against the manifests:
+// no CNI in the tests enforces NetworkPolicy.
+func TestTheNetworkPolicyLetsInOnlyWhatIsServed(t *testing.T) {
+	objs := render(t, manifests.Dir("default"))
+	var np networkingv1.NetworkPolicy
+	find(t, objs, "NetworkPolicy", "stickydrain", &np)
+	if len(np.Spec.PodSelector.MatchLabels)+len(np.Spec.PodSelector.MatchExpressions) != 0 || !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+		t.Errorf("the NetworkPolicy selects %+v for %v, want every pod, ingress", np.Spec.PodSelector, np.Spec.PolicyTypes)
+	}
+	allowed := map[int32]bool{}
+	for _, r := range np.Spec.Ingress {
+		if len(r.From) != 0 {
+			t.Errorf("a rule limits its sources: %+v", r.From)
+		}
+		for _, p := range r.Ports {
+			allowed[p.Port.IntVal] = true
+		}
+	}
+	served := map[int32]bool{}
+	for _, name := range []string{"stickydrain-webhook", "stickydrain-controller"} {
+		var d appsv1.Deployment
+		find(t, objs, "Deployment", name, &d)
+		for _, c := range d.Spec.Template.Spec.Containers {
+			for _, p := range c.Ports {
+				switch p.Name {
+				case "webhook", "metrics":
+					served[p.ContainerPort] = true
+				}
+			}
+		}
+	}
+	if len(served) == 0 || !maps.Equal(allowed, served) {
+		t.Errorf("the NetworkPolicy lets in ports %v, the pods serve others on %v", allowed, served)
 	}
 }
 
@@ -569,6 +683,8 @@ func TestTheInstallAppliesToARealAPIServer(t *testing.T) {
 		{"stickydrain-controller", "watch", "", "services", "", true},
 		{"stickydrain-controller", "create", "events.k8s.io", "events", "shop", true},
 		{"stickydrain-controller", "update", "coordination.k8s.io", "leases", ns, true},
+		{"stickydrain-controller", "delete", "coordination.k8s.io", "leases", ns, false},
+		{"stickydrain-webhook", "list", "coordination.k8s.io", "leases", ns, false},
 		{"stickydrain-controller", "update", "coordination.k8s.io", "leases", "kube-system", false},
 		{"stickydrain-controller", "watch", "", "pods", "", true},
 		{"stickydrain-controller", "update", "", "pods", "shop", false},

@@ -192,6 +192,20 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 		t.Error("a pod outside opted-in namespaces was mutated")
 	}
 
+	// Outside opted-in namespaces the validating webhook receives only the
+	// workloads whose template opts in (a matchCondition): such a one with
+	// a mistake is refused at apply; any other is never sent to it.
+	optedInPlain := sessionDeployment("plain", "opted", map[string]string{inject.AnnotationMaxWait: "12"})
+	optedInPlain.Spec.Template = optedIn(optedInPlain.Spec.Template)
+	poll(t, ctx, "a template-opted-in Deployment with a mistake refused outside opted-in namespaces", func() bool {
+		err := k.Create(ctx, optedInPlain.DeepCopy(), client.DryRunAll)
+		return err != nil && strings.Contains(err.Error(), `annotation stickydrain.io/max-wait: "12" is not a duration`)
+	})
+	must(t, k.Create(ctx, sessionDeployment("plain", "other", map[string]string{inject.AnnotationMaxWait: "12"}), client.DryRunAll))
+	if m := scrape(t, c, metricsPort); strings.Contains(m, `reason="not-opted-in",result="allowed",webhook="validate-deployment"`) {
+		t.Errorf("the validating webhook received a Deployment that does not opt in:\n%s", m)
+	}
+
 	// A Deployment's pod, made by the real ReplicaSet controller, is stored
 	// mutated.
 	must(t, k.Create(ctx, sessionDeployment("shop", "web", map[string]string{

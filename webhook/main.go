@@ -23,6 +23,7 @@ import (
 	"github.com/stickydrain/stickydrain/internal/cmdline"
 	"github.com/stickydrain/stickydrain/internal/kubeflags"
 	"github.com/stickydrain/stickydrain/internal/serving"
+	"github.com/stickydrain/stickydrain/internal/version"
 	"github.com/stickydrain/stickydrain/webhook/admit"
 	"github.com/stickydrain/stickydrain/webhook/dryrun"
 	"github.com/stickydrain/stickydrain/webhook/inject"
@@ -109,6 +110,10 @@ func main() {
 	})
 	if err != nil {
 		log.Error(err, "creating manager")
+		os.Exit(1)
+	}
+	if err := metrics.Registry.Register(version.BuildInfo("webhook")); err != nil {
+		log.Error(err, "registering build_info")
 		os.Exit(1)
 	}
 	m, err := admit.NewMetrics(metrics.Registry)

@@ -82,7 +82,8 @@ func start(t *testing.T, ctx context.Context, lock *cluster.RealNodeLock) *env {
 // and a Secret volume is injected and drained the same way; and with one
 // webhook pod deleted in the middle of a rollout, every new pod is still
 // injected (the other replica answers; failurePolicy Fail would refuse the
-// pods if none did).
+// pods if none did); the webhook's certificate renewed while pods are
+// created refuses none.
 func TestInstallOnTheRealNode(t *testing.T) {
 	lock := realNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -133,6 +134,9 @@ func TestInstallOnTheRealNode(t *testing.T) {
 	e.deployApp(t, ctx, "web", false)
 	waitAvailable(t, ctx, e.c, "web")
 	e.assertInjected(t, ctx, "web")
+
+	// The webhook's certificate renewed under pod creation: none refused.
+	e.renewUnderPodCreation(t, ctx)
 
 	// One webhook pod deleted, and at once a rollout: the other replica
 	// answers, every new pod is injected.

@@ -35,6 +35,7 @@ import (
 	"github.com/stickydrain/stickydrain/drainctl/cli"
 	"github.com/stickydrain/stickydrain/drainctl/params"
 	"github.com/stickydrain/stickydrain/internal/cmdline"
+	"github.com/stickydrain/stickydrain/internal/version"
 	"github.com/stickydrain/stickydrain/webhook/admit"
 	"github.com/stickydrain/stickydrain/webhook/inject"
 )
@@ -374,7 +375,9 @@ func (c *capture) MustRegister(cs ...prometheus.Collector) { c.cs = append(c.cs,
 
 func (c *capture) Unregister(prometheus.Collector) bool { return false }
 
-var descRE = regexp.MustCompile(`fqName: "([^"]*)", help: "((?:[^"\\]|\\.)*)".*variableLabels: \{([^}]*)\}`)
+var descRE = regexp.MustCompile(`fqName: "([^"]*)", help: "((?:[^"\\]|\\.)*)",.*?constLabels: \{([^}]*)\}, variableLabels: \{([^}]*)\}`)
+
+var constLabelRE = regexp.MustCompile(`(\w+)="[^"]*"`)
 
 func metrics() (string, error) {
 	var b strings.Builder
@@ -386,6 +389,7 @@ func metrics() (string, error) {
 	if _, err := reconcile.NewMetrics(&c); err != nil {
 		return "", err
 	}
+	c.cs = append(c.cs, version.BuildInfo("webhook|controller"))
 	for _, col := range c.cs {
 		kind := ""
 		switch col.(type) {
@@ -395,6 +399,8 @@ func metrics() (string, error) {
 			kind = "gauge"
 		case *prometheus.HistogramVec:
 			kind = "histogram"
+		case prometheus.GaugeFunc:
+			kind = "gauge"
 		default:
 			return "", fmt.Errorf("a collector of type %T: teach tools/docgen its kind", col)
 		}
@@ -406,7 +412,14 @@ func metrics() (string, error) {
 			if m == nil {
 				return "", errors.New("cannot read " + d.String())
 			}
-			labels := strings.ReplaceAll(m[3], ",", ", ")
+			labels := strings.ReplaceAll(m[4], ",", ", ")
+			if labels == "" { // constant labels only (build_info)
+				var names []string
+				for _, l := range constLabelRE.FindAllStringSubmatch(m[3], -1) {
+					names = append(names, l[1])
+				}
+				labels = strings.Join(names, ", ")
+			}
 			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", m[1], kind, cell(labels), cell(strings.ReplaceAll(m[2], `\"`, `"`)))
 		}
 	}

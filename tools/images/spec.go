@@ -30,6 +30,9 @@ type Image struct {
 	Test bool
 }
 
+// versionVar is what the webhook's and the controller's build_info says.
+const versionVar = "github.com/stickydrain/stickydrain/internal/version.Version"
+
 // NonRoot is the user and group every image runs as.
 const NonRoot = 65532
 
@@ -43,8 +46,8 @@ func Images() []Image {
 			Name:        "stickydrain",
 			Description: "stickydrain's webhook, controller, HAProxy reload helper and certificate command",
 			Binaries: []Binary{
-				{Package: "./webhook", Path: "/webhook"},
-				{Package: "./controller", Path: "/controller"},
+				{Package: "./webhook", Path: "/webhook", VersionVar: versionVar},
+				{Package: "./controller", Path: "/controller", VersionVar: versionVar},
 				{Package: "./controller/cmd/stickydrain-haproxy", Path: "/stickydrain-haproxy"},
 				{Package: "./certs/cmd/stickydrain-certs", Path: "/stickydrain-certs"},
 			},

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -23,7 +24,9 @@ import (
 // opted-in namespace are created, every 200 ms, until both webhook pods
 // serve the renewed certificate (the kubelet refreshes a Secret volume a
 // minute or more after it changes, and the webhook reloads it) and 20 s
-// more: not one creation may be refused, and each must be injected. With
+// more: not one creation may be refused, and each must be injected; and
+// at each step a new TLS connection to each webhook pod, trusting only the
+// caBundle configured at that moment, must verify. With
 // the leaf trusted on its own (a self-signed certificate as the CA bundle)
 // the API server trusts only the new one from the moment cainjector
 // writes it, and refuses pods until the webhook serves it.
@@ -57,7 +60,8 @@ func (e *env) renewUnderPodCreation(t *testing.T, ctx context.Context) {
 	start := time.Now()
 	t.Logf("renewal of stickydrain-webhook triggered (serial %s); creating pods until both webhook pods serve the new one", oldSerial)
 
-	var created, refused int
+	var created, refused, untrusted int
+	var lastBundle string
 	var servedAt time.Time
 	for i := 0; ; i++ {
 		if ctx.Err() != nil {
@@ -78,7 +82,20 @@ func (e *env) renewUnderPodCreation(t *testing.T, ctx context.Context) {
 				t.Errorf("pod %s not injected: %v", p.Name, p.Annotations)
 			}
 		}
-		if servedAt.IsZero() && i%10 == 0 && e.webhookPodsServeNew(ctx, t, oldSerial) {
+		// What a new connection of the API server would see: the bundle
+		// the webhook configuration holds now must verify what each
+		// webhook pod serves now (kept-alive connections hide a gap from
+		// the pod creations above).
+		allNew, bundle, errs := e.checkServed(ctx, oldSerial)
+		if bundle != lastBundle {
+			t.Logf("%v after the renewal: the webhook configurations trust %s", time.Since(start).Round(time.Millisecond), bundle)
+			lastBundle = bundle
+		}
+		for _, err := range errs {
+			untrusted++
+			t.Errorf("%v after the renewal: %v", time.Since(start).Round(time.Millisecond), err)
+		}
+		if servedAt.IsZero() && allNew {
 			servedAt = time.Now()
 			t.Logf("both webhook pods serve the renewed certificate %v after the renewal", servedAt.Sub(start).Round(time.Second))
 		}
@@ -87,32 +104,48 @@ func (e *env) renewUnderPodCreation(t *testing.T, ctx context.Context) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("during the renewal: %d pods created, %d refused", created, refused)
+	t.Logf("during the renewal: %d pods created, %d refused; %d handshakes the configured CA bundle did not verify", created, refused, untrusted)
 }
 
-// webhookPodsServeNew reports whether every webhook pod serves a
-// certificate other than the one with oldSerial.
-func (e *env) webhookPodsServeNew(ctx context.Context, t *testing.T, oldSerial string) bool {
+// checkServed dials every webhook pod as the API server would on a new
+// connection — the Service's DNS name, the caBundle the mutating webhook
+// configuration holds at that moment as the only root — and reports
+// whether each serves a certificate other than oldSerial, and each
+// handshake that did not verify.
+func (e *env) checkServed(ctx context.Context, oldSerial string) (allNew bool, bundle string, errs []error) {
+	var m admissionv1.MutatingWebhookConfiguration
+	if err := e.c.Client.Get(ctx, types.NamespacedName{Name: "stickydrain"}, &m); err != nil || len(m.Webhooks) == 0 {
+		return false, "", []error{fmt.Errorf("reading the webhook configuration: %v", err)}
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(m.Webhooks[0].ClientConfig.CABundle) {
+		return false, "", []error{fmt.Errorf("the webhook configuration's caBundle holds no certificate")}
+	}
+	bundle, _ = serial(m.Webhooks[0].ClientConfig.CABundle)
 	var pods corev1.PodList
 	if err := e.c.Client.List(ctx, &pods, client.InNamespace(system), client.MatchingLabels{"app.kubernetes.io/name": "stickydrain-webhook"}); err != nil || len(pods.Items) == 0 {
-		return false
+		return false, bundle, nil
 	}
+	allNew = true
 	for _, p := range pods.Items {
-		if p.Status.PodIP == "" {
-			return false
+		if p.Status.PodIP == "" || p.DeletionTimestamp != nil || !ready(&p) {
+			allNew = false
+			continue
 		}
-		d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second}, Config: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // only reads which certificate is served
+		d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second}, Config: &tls.Config{RootCAs: roots, ServerName: "stickydrain-webhook." + system + ".svc"}}
 		conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(p.Status.PodIP, "9443"))
 		if err != nil {
-			return false
+			allNew = false
+			errs = append(errs, fmt.Errorf("webhook pod %s: a new connection with the configured CA bundle fails: %w", p.Name, err))
+			continue
 		}
 		certs := conn.(*tls.Conn).ConnectionState().PeerCertificates
 		conn.Close()
 		if len(certs) == 0 || certs[0].SerialNumber.String() == oldSerial {
-			return false
+			allNew = false
 		}
 	}
-	return true
+	return allNew, bundle, errs
 }
 
 func serial(pemBytes []byte) (string, error) {

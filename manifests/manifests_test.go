@@ -43,7 +43,7 @@ import (
 
 const ns = "stickydrain-system"
 
-var samples = []string{"samples/tomcat", "samples/spring", "samples/haproxy", "samples/nginx-plus", "samples/controller-config"}
+var samples = []string{"samples/tomcat", "samples/spring", "samples/haproxy", "samples/nginx-plus", "samples/controller-config", "samples/runtime-tls"}
 
 func render(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
@@ -516,7 +516,7 @@ func TestTheBinariesAcceptTheShippedArguments(t *testing.T) {
 		}
 	}
 	vols := d.Spec.Template.Spec.Volumes
-	if len(vols) != 1 || vols[0].ConfigMap == nil || vols[0].ConfigMap.Name != "stickydrain-controller" || vols[0].ConfigMap.Optional == nil || !*vols[0].ConfigMap.Optional {
+	if i := slices.IndexFunc(vols, func(v corev1.Volume) bool { return v.Name == "config" }); i < 0 || vols[i].ConfigMap == nil || vols[i].ConfigMap.Name != "stickydrain-controller" || vols[i].ConfigMap.Optional == nil || !*vols[i].ConfigMap.Optional {
 		t.Errorf("the controller's configuration volume is not ConfigMap stickydrain-controller, optional: %+v", vols)
 	}
 	var cm corev1.ConfigMap
@@ -605,6 +605,10 @@ func TestTheInstallAppliesToARealAPIServer(t *testing.T) {
 		}
 	}
 	apply("default")
+	// cert-manager's own Namespace, where samples/runtime-tls keeps its CA.
+	if err := c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cert-manager"}}); err != nil {
+		t.Fatal(err)
+	}
 	for _, s := range samples {
 		apply(s)
 	}

@@ -136,6 +136,27 @@ type HAProxyOptions struct {
 	// and deletes, with no slot limit, which a reload or restart empties
 	// until they are added again (the reload helper does it at once).
 	Mode string `json:"mode,omitempty"`
+	// TLS authenticates both ends of the Runtime API on TCP: the
+	// controller presents a client certificate, which HAProxy's
+	// `stats socket … ssl crt … ca-file … verify required` checks, and
+	// verifies HAProxy's. Without it, anything that reaches a TCP Runtime
+	// API at `level admin` can drain or kill servers (docs/security.md).
+	TLS *RuntimeTLS `json:"tls,omitempty"`
+}
+
+// RuntimeTLS are the files of a mutually authenticated Runtime API (for
+// example a cert-manager Secret mounted into the controller); they are
+// read at each connection, so a renewed certificate is used at once.
+type RuntimeTLS struct {
+	// CAFile verifies HAProxy's serving certificate.
+	CAFile string `json:"caFile"`
+	// CertFile and KeyFile are the controller's client certificate.
+	CertFile string `json:"certFile"`
+	KeyFile  string `json:"keyFile"`
+	// ServerName is the name HAProxy's certificate must carry; default:
+	// the instance address's host (a pod IP when instances come from a
+	// Service: name the Service's DNS name here).
+	ServerName string `json:"serverName,omitempty"`
 }
 
 // The modes of HAProxyOptions.Mode.
@@ -279,6 +300,18 @@ func (c *Config) Validate() error {
 			case "", HAProxySlots, HAProxyDynamic:
 			default:
 				bad(f+".haproxy.mode", "%q is not one of %s (the default), %s (HAProxy 3.0 and later)", o.Mode, HAProxySlots, HAProxyDynamic)
+			}
+			if t := o.TLS; t != nil {
+				for name, v := range map[string]string{"caFile": t.CAFile, "certFile": t.CertFile, "keyFile": t.KeyFile} {
+					if !strings.HasPrefix(v, "/") {
+						bad(f+".haproxy.tls."+name, "%q: want the absolute path of a PEM file in the controller's container", v)
+					}
+				}
+				for j, a := range lb.Instances.Static {
+					if !strings.HasPrefix(a, "tcp://") {
+						bad(fmt.Sprintf("%s.instances.static[%d]", f, j), "%q: haproxy.tls needs tcp://host:port addresses", a)
+					}
+				}
 			}
 		}
 		validateTenancy(f, lb, bad)

@@ -82,6 +82,10 @@ func newInstance(log logr.Logger, lb config.LoadBalancer, addr string) (backend.
 		if lb.HAProxy != nil && lb.HAProxy.Mode == config.HAProxyDynamic {
 			opts = append(opts, haproxy.WithDynamicServers())
 		}
+		if lb.HAProxy != nil && lb.HAProxy.TLS != nil {
+			t := lb.HAProxy.TLS
+			opts = append(opts, haproxy.WithTLS(haproxy.TLSFiles{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName}))
+		}
 		return haproxy.New(addr, lb.Timeout.Duration, opts...)
 	case config.TypeNGINXPlus:
 		return nginxplus.New(addr, lb)

@@ -251,6 +251,17 @@ type Options struct {
 	// there, for a controller that cannot reach the unix socket (one in a
 	// pod of the real node).
 	RuntimeTCP string
+	// RuntimeTLS, with RuntimeTCP, serves the Runtime API there over TLS
+	// with client certificates instead, as docs/security.md configures it:
+	// a TCP listener (`ssl crt CertKey ca-file CA verify required`)
+	// relaying to the admin socket (a stats socket takes no ssl).
+	RuntimeTLS *RuntimeTLS
+}
+
+// RuntimeTLS are the files of a mutually authenticated Runtime API socket.
+type RuntimeTLS struct {
+	CertKey string // HAProxy's certificate and key, one PEM file
+	CA      string // the CA client certificates must chain to
 }
 
 // gate is the frontend's hold on a new process with dynamic servers, as
@@ -312,6 +323,9 @@ func RunWith(o Options, backends ...Backend) (*HAProxy, error) {
 	tcpSocket := ""
 	if o.RuntimeTCP != "" {
 		tcpSocket = fmt.Sprintf("    stats socket ipv4@%s level admin\n", o.RuntimeTCP)
+		if o.RuntimeTLS != nil {
+			tcpSocket = "" // the listen section below, in front of the unix socket
+		}
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `global
@@ -352,6 +366,16 @@ frontend ready
     dynamic-cookie-key %s
     server-template pod 1-%d unfilled.invalid:1 disabled init-addr last,0.0.0.0
 `, be.Name, key, be.Slots)
+	}
+	if t := o.RuntimeTLS; t != nil && o.RuntimeTCP != "" {
+		// HAProxy's stats socket takes no ssl: TLS with client
+		// certificates goes in a TCP listener that relays to the admin
+		// socket, as docs/security.md configures it.
+		fmt.Fprintf(&b, `listen stickydrain-runtime
+    mode tcp
+    bind ipv4@%s ssl crt %s ca-file %s verify required
+    server cli unix@%s
+`, o.RuntimeTCP, t.CertKey, t.CA, h.Socket)
 	}
 	h.cfg = filepath.Join(dir, "haproxy.cfg")
 	if err := os.WriteFile(h.cfg, []byte(b.String()), 0o644); err != nil {

@@ -77,6 +77,7 @@ func CRDFiles(ctx context.Context) ([]string, error) {
 	}
 	return []string{
 		filepath.Join(cm, "deploy", "crds", "cert-manager.io_issuers.yaml"),
+		filepath.Join(cm, "deploy", "crds", "cert-manager.io_clusterissuers.yaml"),
 		filepath.Join(cm, "deploy", "crds", "cert-manager.io_certificates.yaml"),
 		filepath.Join(po, "example", "prometheus-operator-crd", "monitoring.coreos.com_servicemonitors.yaml"),
 	}, nil

@@ -24,11 +24,14 @@ package haproxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -65,6 +68,8 @@ type Instance struct {
 	// Apply of the same pass (which takes them): one Runtime API request
 	// fewer per pass. Apply without a fresh read reads them itself.
 	read map[string][]slot
+	// tls, when set, authenticates both ends (WithTLS).
+	tls *TLSFiles
 }
 
 var (
@@ -89,6 +94,40 @@ func WithDynamicServers() Option { return func(h *Instance) { h.dynamic = true }
 // srv_admin_state bits); default: nothing.
 func WithLogger(l logr.Logger) Option { return func(h *Instance) { h.log = l } }
 
+// TLSFiles authenticate both ends of a TCP Runtime API: the client
+// certificate the controller presents and the CA that verifies HAProxy's.
+// They are read at each connection, so renewed files are used at once.
+type TLSFiles struct {
+	CAFile, CertFile, KeyFile string
+	// ServerName HAProxy's certificate must carry; default: the address's host.
+	ServerName string
+}
+
+// WithTLS speaks TLS with a client certificate to the Runtime API (tcp://
+// addresses only).
+func WithTLS(f TLSFiles) Option { return func(h *Instance) { h.tls = &f } }
+
+func (h *Instance) tlsConfig() (*tls.Config, error) {
+	f := h.tls
+	pair, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("client certificate: %w", err)
+	}
+	ca, err := os.ReadFile(f.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("CA: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("CA: no certificate in %s", f.CAFile)
+	}
+	name := f.ServerName
+	if name == "" {
+		name, _, _ = net.SplitHostPort(h.address)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, ServerName: name, MinVersion: tls.VersionTLS12}, nil
+}
+
 // New returns the instance at addr: unix:///path or tcp://host:port.
 func New(addr string, timeout time.Duration, opts ...Option) (*Instance, error) {
 	u, err := url.Parse(addr)
@@ -107,6 +146,9 @@ func New(addr string, timeout time.Duration, opts ...Option) (*Instance, error) 
 	for _, o := range opts {
 		o(h)
 	}
+	if h.tls != nil && h.network != "tcp" {
+		return nil, fmt.Errorf("haproxy instance %q: TLS needs tcp://host:port", addr)
+	}
 	return h, nil
 }
 
@@ -116,8 +158,17 @@ func (h *Instance) ID() string { return h.id }
 // run sends commands on one connection, separated by ';', and returns each
 // command's output. The Runtime API ends each output with an empty line.
 func (h *Instance) run(ctx context.Context, cmds []string) ([]string, error) {
-	d := net.Dialer{Timeout: h.timeout}
-	conn, err := d.DialContext(ctx, h.network, h.address)
+	var dialer interface {
+		DialContext(context.Context, string, string) (net.Conn, error)
+	} = &net.Dialer{Timeout: h.timeout}
+	if h.tls != nil {
+		cfg, err := h.tlsConfig()
+		if err != nil {
+			return nil, fmt.Errorf("haproxy %s: %w", h.id, err)
+		}
+		dialer = &tls.Dialer{NetDialer: &net.Dialer{Timeout: h.timeout}, Config: cfg}
+	}
+	conn, err := dialer.DialContext(ctx, h.network, h.address)
 	if err != nil {
 		return nil, fmt.Errorf("haproxy %s: %w", h.id, err)
 	}

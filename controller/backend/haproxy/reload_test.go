@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/stickydrain/stickydrain/certs"
 	"github.com/stickydrain/stickydrain/controller/plan"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
 	"github.com/stickydrain/stickydrain/test/proc"
@@ -342,9 +343,27 @@ func testTheSample(t *testing.T, v haproxytest.Version) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The Runtime API's TLS as the sample mounts it (tls.pem, its key in
+	// tls.pem.key, ca.crt) and the controller's client certificate.
+	tlsDir := filepath.Join(dir, "runtime-tls")
+	if err := os.MkdirAll(tlsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := certs.Generate(certs.Options{DNSNames: []string{"haproxy-runtime.lb.svc"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCrt, clientKey := clientCert(t, ca.CACert, ca.CAKey)
+	files := map[string][]byte{"tls.pem": ca.Cert, "tls.pem.key": ca.Key, "ca.crt": ca.CACert, "client.crt": clientCrt, "client.key": clientKey}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(tlsDir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cfg := strings.NewReplacer(
 		"/usr/local/etc/haproxy/", dir+"/", "/var/run/haproxy/", dir+"/", "/var/lib/haproxy/", dir+"/",
-		"ipv4@0.0.0.0:9999", fmt.Sprintf("ipv4@127.0.0.1:%d", ports[0]),
+		"/etc/haproxy/runtime-tls/", tlsDir+"/",
+		"bind :9999", fmt.Sprintf("bind 127.0.0.1:%d", ports[0]),
 		"bind :8080", fmt.Sprintf("bind 127.0.0.1:%d", ports[1]),
 		"bind :8404", fmt.Sprintf("bind 127.0.0.1:%d", ports[2]),
 	).Replace(string(raw))
@@ -371,11 +390,17 @@ func testTheSample(t *testing.T, v haproxytest.Version) {
 	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	// The controller's view: the TCP Runtime API and readyMap as the
-	// controller's sample configuration names them.
-	i, err := New(fmt.Sprintf("tcp://127.0.0.1:%d", ports[0]), 2*time.Second, WithReadyMap(filepath.Join(dir, "stickydrain-ready.map")))
+	// The controller's view: the TCP Runtime API over mutual TLS and
+	// readyMap as the controller's sample configuration names them.
+	i, err := New(fmt.Sprintf("tcp://127.0.0.1:%d", ports[0]), 2*time.Second, WithReadyMap(filepath.Join(dir, "stickydrain-ready.map")),
+		WithTLS(TLSFiles{CAFile: filepath.Join(tlsDir, "ca.crt"), CertFile: filepath.Join(tlsDir, "client.crt"), KeyFile: filepath.Join(tlsDir, "client.key"), ServerName: "haproxy-runtime.lb.svc"}))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Without the client certificate, the sample's Runtime API port gives
+	// nothing.
+	if _, err := mustNew(t, fmt.Sprintf("tcp://127.0.0.1:%d", ports[0])).Identity(ctx); err == nil {
+		t.Error("the sample's Runtime API answered a client without a certificate")
 	}
 	var id string
 	for id == "" {

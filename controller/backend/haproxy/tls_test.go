@@ -1,0 +1,167 @@
+package haproxy
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stickydrain/stickydrain/certs"
+	"github.com/stickydrain/stickydrain/controller/plan"
+	"github.com/stickydrain/stickydrain/test/haproxytest"
+	"github.com/stickydrain/stickydrain/test/proc"
+)
+
+// The Runtime API on TCP with TLS and client certificates, on the real
+// HAProxy of each version under test: the controller, holding a client
+// certificate of the CA HAProxy trusts, reads and changes servers; a client
+// without one — plain TCP, TLS without a certificate, a certificate of
+// another CA — changes nothing.
+func TestTheRuntimeAPIOnTCPNeedsTheClientCertificate(t *testing.T) {
+	for _, v := range haproxytest.Versions(t) {
+		t.Run(v.Series, func(t *testing.T) {
+			dir := t.TempDir()
+			ca, err := certs.Generate(certs.Options{IPs: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"haproxy-runtime.lb.svc"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			write := func(name string, b ...[]byte) string {
+				p := filepath.Join(dir, name)
+				if err := os.WriteFile(p, []byte(strings.Join(strs(b), "")), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}
+			serverPEM := write("runtime.pem", ca.Cert, ca.Key)
+			caFile := write("ca.crt", ca.CACert)
+			cert, key := clientCert(t, ca.CACert, ca.CAKey)
+			certFile, keyFile := write("client.crt", cert), write("client.key", key)
+			other, err := certs.Generate(certs.Options{DNSNames: []string{"x"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			otherCert, otherKey := clientCert(t, other.CACert, other.CAKey)
+			otherCertFile, otherKeyFile := write("other.crt", otherCert), write("other.key", otherKey)
+
+			ports, err := proc.FreePorts(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+			h, err := haproxytest.RunWith(haproxytest.Options{Dir: dir, Bin: v.Bin, Key: "k", RuntimeTCP: addr,
+				RuntimeTLS: &haproxytest.RuntimeTLS{CertKey: serverPEM, CA: caFile}}, haproxytest.Backend{Name: "shop", Slots: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(h.Stop)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			server := netip.MustParseAddrPort("198.18.0.10:8080")
+			want := map[netip.AddrPort]plan.State{server: plan.Active}
+
+			good, err := New("tcp://"+addr, 2*time.Second, WithTLS(TLSFiles{CAFile: caFile, CertFile: certFile, KeyFile: keyFile}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := errors.Join(good.Apply(ctx, "shop", plan.Calculate(nil, want))...); err != nil {
+				t.Fatalf("with the client certificate: %v", err)
+			}
+			if got, err := good.Servers(ctx, "shop"); err != nil || got[server] != plan.Active {
+				t.Fatalf("with the client certificate: servers %v, %v", got, err)
+			}
+			// By the Service's DNS name, as a controller finding pods does.
+			named, err := New("tcp://"+addr, 2*time.Second, WithTLS(TLSFiles{CAFile: caFile, CertFile: certFile, KeyFile: keyFile, ServerName: "haproxy-runtime.lb.svc"}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := named.Servers(ctx, "shop"); err != nil {
+				t.Errorf("by the server name: %v", err)
+			}
+
+			for name, c := range map[string]*Instance{
+				"plain TCP":                          mustNew(t, "tcp://"+addr),
+				"a client certificate of another CA": mustNew(t, "tcp://"+addr, WithTLS(TLSFiles{CAFile: caFile, CertFile: otherCertFile, KeyFile: otherKeyFile})),
+			} {
+				err := errors.Join(c.Apply(ctx, "shop", plan.Calculate(want, map[netip.AddrPort]plan.State{server: plan.Draining}))...)
+				if err == nil {
+					t.Errorf("%s: a drain was applied", name)
+				}
+			}
+			// Nothing changed it.
+			if got, err := good.Servers(ctx, "shop"); err != nil || got[server] != plan.Active {
+				t.Errorf("after the refused clients: %v, %v; want %s still active", got, err, server)
+			}
+			// A client that does not trust HAProxy's certificate stops
+			// before it sends anything.
+			if _, err := mustNew(t, "tcp://"+addr, WithTLS(TLSFiles{CAFile: write("other-ca.crt", other.CACert), CertFile: certFile, KeyFile: keyFile})).Servers(ctx, "shop"); err == nil || !strings.Contains(err.Error(), "certificate") {
+				t.Errorf("a server certificate of an unknown CA: %v", err)
+			}
+		})
+	}
+}
+
+func mustNew(t *testing.T, addr string, opts ...Option) *Instance {
+	t.Helper()
+	h, err := New(addr, 2*time.Second, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func strs(bs [][]byte) []string {
+	out := make([]string, len(bs))
+	for i, b := range bs {
+		out[i] = string(b)
+	}
+	return out
+}
+
+// clientCert signs a client certificate (ClientAuth) with the CA.
+func clientCert(t *testing.T, caPEM, caKeyPEM []byte) (certPEM, keyPEM []byte) {
+	t.Helper()
+	cb, _ := pem.Decode(caPEM)
+	kb, _ := pem.Decode(caKeyPEM)
+	caCert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caKey, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "stickydrain-controller"},
+		NotBefore:    time.Now().Add(-time.Minute),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+}

@@ -627,7 +627,7 @@ func TestTheInstallAppliesToARealAPIServer(t *testing.T) {
 	}
 	for _, o := range render(t, manifests.Dir("default")) {
 		o.SetManagedFields(nil)
-		if err := c.Client.Patch(ctx, o, client.Apply, client.FieldOwner("kubectl"), client.ForceOwnership); err != nil {
+		if err := c.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("kubectl"), client.ForceOwnership); err != nil {
 			t.Errorf("re-applying %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
 	}

@@ -587,9 +587,12 @@ rm -rf "$dir"`
 	return nil
 }
 
-// recordChildren writes the pids of our direct children (etcd and
-// kube-apiserver, which envtest starts in their own process groups) to the
-// pids file for the watchdog.
+// recordChildren writes the pids of this cluster's etcd and kube-apiserver
+// (direct children that envtest starts in their own process groups) to the
+// pids file for the watchdog, for Stop and for RestartControlPlane. Only
+// those whose command line names this cluster's run directory: a test
+// process may run several clusters at once (concurrent scenarios), and
+// another's processes are not this one's to kill or restart.
 func (c *Cluster) recordChildren() {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -605,7 +608,11 @@ func (c *Cluster) recordChildren() {
 		if err != nil || pid == watchdog {
 			continue
 		}
-		if ppid(pid) == self {
+		if ppid(pid) != self {
+			continue
+		}
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && strings.Contains(string(raw), c.Dir+"/") {
 			c.appendPid(pid)
 		}
 	}

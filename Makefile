@@ -76,8 +76,7 @@ test: deps test-parts ## Unit, integration and end-to-end tests (-race) on a rea
 	cd tools/images && $(GO) test -race -count=1 ./...
 	@# Each part is asked for first: one that fails (an HAProxy version of
 	@# the matrix missing, say) fails the run, never leaves a test to fall
-	@# back on what the machine has. Packages one at a time (-p 1); the
-	@# end-to-end scenarios two at a time inside theirs (docs/development.md).
+	@# back on what the machine has. Packages one at a time (-p 1).
 	k8s="$$(test/tools/build.sh)" && haproxy="$$(test/tools/haproxy.sh)" && peers="$$(test/peers/build.sh)" && \
 	  containerd="$$(test/tools/containerd.sh)" && \
 	  STICKYDRAIN_K8S_BINS="$$k8s" STICKYDRAIN_HAPROXY="$$haproxy" STICKYDRAIN_PEERS="$$peers" STICKYDRAIN_CONTAINERD="$$containerd" \

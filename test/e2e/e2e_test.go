@@ -20,14 +20,13 @@ import (
 // holding sticky sessions through a rollout — on each HAProxy version
 // under test in slot mode, and on the newest in dynamic mode too.
 func TestRollingUpdateKeepsEverySession(t *testing.T) {
-	t.Parallel() // each scenario runs its own control plane
 	vs := haproxytest.Versions(t)
 	for _, v := range vs {
-		t.Run(haproxytest.Flavour{Version: v}.Name(), func(t *testing.T) { t.Parallel(); rollingUpdate(t, Options{HAProxy: haproxytest.Flavour{Version: v}}) })
+		t.Run(haproxytest.Flavour{Version: v}.Name(), func(t *testing.T) { rollingUpdate(t, Options{HAProxy: haproxytest.Flavour{Version: v}}) })
 	}
 	if newest := vs[len(vs)-1]; newest.AtLeast(3, 0) {
 		fl := haproxytest.Flavour{Version: newest, Dynamic: true}
-		t.Run(fl.Name(), func(t *testing.T) { t.Parallel(); rollingUpdate(t, Options{HAProxy: fl}) })
+		t.Run(fl.Name(), func(t *testing.T) { rollingUpdate(t, Options{HAProxy: fl}) })
 	}
 }
 
@@ -172,9 +171,8 @@ func waitUntil(t *testing.T, ctx context.Context, what string, cond func() bool)
 // goes through the Eviction API (as kubectl drain evicts) and when the
 // Deployment scales down.
 func TestEvictionAndScaleDownKeepEverySession(t *testing.T) {
-	t.Parallel() // each scenario runs its own control plane
 	for _, tc := range disruptions {
-		t.Run(tc.name, func(t *testing.T) { t.Parallel(); disruptOne(t, Options{}, tc.disrupt) })
+		t.Run(tc.name, func(t *testing.T) { disruptOne(t, Options{}, tc.disrupt) })
 	}
 }
 
@@ -254,7 +252,6 @@ func disruptOne(t *testing.T, opts Options, disrupt func(ctx context.Context, en
 // two NGINX Plus API emulators (not NGINX Plus) at once: users go through
 // HAProxy, and the emulators' API state is asserted at each step.
 func TestRolloutAlsoDrainsOnNGINXPlus(t *testing.T) {
-	t.Parallel() // each scenario runs its own control plane
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	env, err := Start(ctx, Options{Log: t.Logf, NGINXPlus: true})

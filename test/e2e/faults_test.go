@@ -20,7 +20,6 @@ import (
 // of rotation until the controller has filled it, and be back within a few
 // seconds (probe every second).
 func TestRolloutSurvivesHAProxyReloadsAndACrash(t *testing.T) {
-	t.Parallel() // each scenario runs its own control plane
 	// The oldest version and the newest (the sample Deployment's), in slot
 	// mode; the newest in dynamic mode too, where each reload's new worker
 	// starts without the servers and its gate holds what reaches it until
@@ -34,7 +33,7 @@ func TestRolloutSurvivesHAProxyReloadsAndACrash(t *testing.T) {
 		}
 	}
 	for _, fl := range fls {
-		t.Run(fl.Name(), func(t *testing.T) { t.Parallel(); reloadsAndACrash(t, Options{HAProxy: fl}) })
+		t.Run(fl.Name(), func(t *testing.T) { reloadsAndACrash(t, Options{HAProxy: fl}) })
 	}
 }
 
@@ -208,7 +207,6 @@ func finishRollout(t *testing.T, ctx context.Context, env *Env, clients *Clients
 // may fail. The others keep converging; the partitioned one converges
 // when it returns.
 func TestRolloutSurvivesAPartitionAndHAProxyScaling(t *testing.T) {
-	t.Parallel() // each scenario runs its own control plane
 	// The oldest version in slot mode, and the newest in dynamic mode,
 	// where the added instance and the returning one get their servers by
 	// `add server` and the removed pods' by `del server`.
@@ -218,7 +216,7 @@ func TestRolloutSurvivesAPartitionAndHAProxyScaling(t *testing.T) {
 		fls = append(fls, haproxytest.Flavour{Version: newest, Dynamic: true})
 	}
 	for _, fl := range fls {
-		t.Run(fl.Name(), func(t *testing.T) { t.Parallel(); partitionAndScaling(t, Options{HAProxy: fl}) })
+		t.Run(fl.Name(), func(t *testing.T) { partitionAndScaling(t, Options{HAProxy: fl}) })
 	}
 }
 
@@ -279,7 +277,6 @@ func partitionAndScaling(t *testing.T, opts Options) {
 // balancers; the standby takes over when the lease expires and applies
 // the next ones.
 func TestRolloutSurvivesALeaderCrash(t *testing.T) {
-	t.Parallel() // each scenario runs its own control plane
 	ctx, env := startEnv(t, Options{ControllerReplicas: 2})
 	waitUntil(t, ctx, "a leader", func() bool { return env.Leader() >= 0 })
 	clients, obs := startRollout(t, ctx, env)
@@ -305,7 +302,6 @@ func TestRolloutSurvivesALeaderCrash(t *testing.T) {
 // and the relist removes or un-drains nothing (the observer would see a
 // server dropped early or active again); the rollout then goes on.
 func TestRolloutSurvivesAControlPlaneRestart(t *testing.T) {
-	t.Parallel() // each scenario runs its own control plane
 	// Two replicas, as shipped: the leader loses its Lease in an outage
 	// longer than the renew deadline and exits (restarted, as the kubelet
 	// would), while the standby keeps every readiness marker fresh.

@@ -47,10 +47,8 @@ var wantFindings = map[Ingress]ingressFindings{
 // second proxy replica, a readiness failure, and a readiness failure
 // during a drain.
 func TestIngressFindings(t *testing.T) {
-	t.Parallel() // each scenario runs its own control plane
 	for _, kind := range []Ingress{HAProxyIngress, Traefik} {
 		t.Run(string(kind), func(t *testing.T) {
-			t.Parallel()
 			got := findIngressFacts(t, kind)
 			t.Logf("%s: %+v", kind, got)
 			if want := wantFindings[kind]; got != want {

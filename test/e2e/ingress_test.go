@@ -23,11 +23,6 @@ import (
 // old pod until its sessions end; the ingress keeps their cookies on it,
 // on every replica, and sends new users elsewhere.
 func TestIngressKeepsEverySession(t *testing.T) {
-	// Not beside other scenarios: the ingress proxies' own reaction to a
-	// pod going (their readiness and endpoint watches) slows under load,
-	// and on 2 cores two scenarios at once turned a draining pod's
-	// sessions over to another pod (docs/development.md). They run first,
-	// one after the other, with the soak.
 	for _, kind := range []Ingress{HAProxyIngress, Traefik} {
 		t.Run(string(kind), func(t *testing.T) { ingressScenario(t, kind) })
 	}

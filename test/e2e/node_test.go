@@ -20,7 +20,6 @@ import (
 // preStop's timing from the kubelet's own log; and the rollout once more
 // with the webhook and the controller installed as pods.
 func TestRealNodeKeepsEverySession(t *testing.T) {
-	t.Parallel() // each scenario runs its own control plane
 	vs := haproxytest.Versions(t)
 	opts := Options{Node: true, HAProxy: haproxytest.Flavour{Version: vs[len(vs)-1]}}
 	t.Run("rollout", func(t *testing.T) { rollingUpdate(t, opts) })

@@ -56,10 +56,6 @@ func soakFlavour(vs []haproxytest.Version, name string) (haproxytest.Flavour, er
 }
 
 func TestSoak(t *testing.T) {
-	// Not in parallel with the other scenarios: it restarts controllers
-	// and the control plane under a steady load for minutes, and bounds
-	// how soon each is back; it runs first, alone (Go runs the tests that
-	// do not call t.Parallel before those that do).
 	duration := 2 * time.Minute
 	if v := os.Getenv("STICKYDRAIN_SOAK_DURATION"); v != "" {
 		d, err := time.ParseDuration(v)

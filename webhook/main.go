@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -89,12 +88,6 @@ func main() {
 		log.Error(err, "loading kubeconfig")
 		os.Exit(1)
 	}
-	if cfg.DrainctlImageFrom != "" {
-		if err := resolveDrainctlImage(&cfg, restCfg, scheme); err != nil {
-			fmt.Fprintln(os.Stderr, "webhook:", err)
-			os.Exit(2)
-		}
-	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                serving.Metrics(metricsAddr),
@@ -111,6 +104,13 @@ func main() {
 	if err != nil {
 		log.Error(err, "creating manager")
 		os.Exit(1)
+	}
+	if cfg.DrainctlImageFrom != "" {
+		// The manager's uncached reader: the cache is not started yet.
+		if err := resolveDrainctlImage(&cfg, mgr.GetAPIReader()); err != nil {
+			fmt.Fprintln(os.Stderr, "webhook:", err)
+			os.Exit(2)
+		}
 	}
 	if err := metrics.Registry.Register(version.BuildInfo("webhook")); err != nil {
 		log.Error(err, "registering build_info")
@@ -146,19 +146,15 @@ func main() {
 
 // resolveDrainctlImage reads the webhook's own pod (POD_NAMESPACE and
 // POD_NAME, from the downward API) for the drainctl image's container.
-func resolveDrainctlImage(cfg *inject.Config, restCfg *rest.Config, scheme *runtime.Scheme) error {
+func resolveDrainctlImage(cfg *inject.Config, r client.Reader) error {
 	ns, name := os.Getenv("POD_NAMESPACE"), os.Getenv("POD_NAME")
 	if ns == "" || name == "" {
 		return fmt.Errorf("--drainctl-image-from-container=%s needs POD_NAMESPACE and POD_NAME (the downward API's metadata.namespace and metadata.name)", cfg.DrainctlImageFrom)
 	}
-	c, err := client.New(restCfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return fmt.Errorf("creating a client: %w", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var own corev1.Pod
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &own); err != nil {
+	if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &own); err != nil {
 		return fmt.Errorf("--drainctl-image-from-container: reading the webhook's own pod %s/%s: %w", ns, name, err)
 	}
 	return cfg.ResolveDrainctlImage(&own)

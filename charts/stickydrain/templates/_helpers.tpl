@@ -1,0 +1,166 @@
+{{/*
+Labels on every object: the one the kustomize install sets, and Helm's own.
+*/}}
+{{- define "stickydrain.labels" -}}
+app.kubernetes.io/part-of: stickydrain
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
+
+{{/*
+An image reference from {repository, tag, digest}: repository:tag,
+repository:tag@digest, or repository@digest when tag is "-".
+Called with (list $ .Values.image).
+*/}}
+{{- define "stickydrain.image" -}}
+{{- $root := index . 0 -}}
+{{- $img := index . 1 -}}
+{{- $tag := $img.tag | default $root.Chart.AppVersion -}}
+{{- $ref := $img.repository -}}
+{{- if ne $tag "-" }}{{ $ref = printf "%s:%s" $ref $tag }}{{ end -}}
+{{- if $img.digest }}{{ $ref = printf "%s@%s" $ref $img.digest }}{{ end -}}
+{{- $ref -}}
+{{- end }}
+
+{{/*
+Whether the ServiceMonitors (and the scraper's account) are rendered.
+*/}}
+{{- define "stickydrain.serviceMonitors" -}}
+{{- $m := .Values.monitoring.serviceMonitors -}}
+{{- if eq (toString $m) "auto" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor" }}true{{ end -}}
+{{- else if $m -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/*
+The namespaces no webhook of the install ever sees.
+*/}}
+{{- define "stickydrain.excludedNamespaces" -}}
+- key: kubernetes.io/metadata.name
+  operator: NotIn
+  values:
+  {{- range (concat (list "kube-system" .Release.Namespace) .Values.webhook.excludedNamespaces | uniq) }}
+  - {{ . }}
+  {{- end }}
+{{- end }}
+
+{{/*
+The hardening both Deployments share.
+*/}}
+{{- define "stickydrain.podSecurityContext" -}}
+runAsGroup: 65532
+runAsNonRoot: true
+runAsUser: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "stickydrain.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+capabilities:
+  drop:
+  - ALL
+readOnlyRootFilesystem: true
+{{- end }}
+
+{{/*
+Scheduling of one component: (list $ "webhook"|"controller").
+*/}}
+{{- define "stickydrain.scheduling" -}}
+{{- $root := index . 0 -}}
+{{- $name := index . 1 -}}
+{{- $c := index $root.Values $name -}}
+{{- with $root.Values.imagePullSecrets }}
+imagePullSecrets:
+{{- range . }}
+- name: {{ . }}
+{{- end }}
+{{- end }}
+{{- with $c.nodeSelector }}
+nodeSelector:
+{{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $c.tolerations }}
+tolerations:
+{{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $c.affinity }}
+affinity:
+{{- toYaml . | nindent 2 }}
+{{- end }}
+priorityClassName: {{ $root.Values.priorityClass.name }}
+securityContext:
+{{- include "stickydrain.podSecurityContext" $root | nindent 2 }}
+serviceAccountName: stickydrain-{{ $name }}
+topologySpreadConstraints:
+{{- range list "kubernetes.io/hostname" "topology.kubernetes.io/zone" }}
+- labelSelector:
+    matchLabels:
+      app.kubernetes.io/name: stickydrain-{{ $name }}
+  maxSkew: 1
+  topologyKey: {{ . }}
+  whenUnsatisfiable: ScheduleAnyway
+{{- end }}
+{{- end }}
+
+{{/*
+The leader-election Role and RoleBinding of one component.
+*/}}
+{{- define "stickydrain.leaderElection" -}}
+{{- $root := index . 0 -}}
+{{- $name := index . 1 -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: stickydrain-{{ $name }}-leader-election
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "stickydrain.labels" $root | nindent 4 }}
+rules:
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, create, update]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: stickydrain-{{ $name }}-leader-election
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "stickydrain.labels" $root | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: stickydrain-{{ $name }}-leader-election
+subjects:
+- kind: ServiceAccount
+  name: stickydrain-{{ $name }}
+  namespace: {{ $root.Release.Namespace }}
+{{- end }}
+
+{{/*
+The PodDisruptionBudget of one component.
+*/}}
+{{- define "stickydrain.pdb" -}}
+{{- $root := index . 0 -}}
+{{- $name := index . 1 -}}
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: stickydrain-{{ $name }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "stickydrain.labels" $root | nindent 4 }}
+spec:
+  minAvailable: {{ (index $root.Values $name).podDisruptionBudget.minAvailable }}
+  selector:
+    matchLabels:
+      app.kubernetes.io/name: stickydrain-{{ $name }}
+{{- end }}

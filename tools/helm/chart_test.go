@@ -1,0 +1,345 @@
+package helm
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"helm.sh/helm/v4/pkg/action"
+	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	releasev1 "helm.sh/helm/v4/pkg/release/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/test/manifests"
+)
+
+const (
+	release   = "stickydrain"
+	namespace = "stickydrain-system"
+	// kubeVersion is the control plane's the tests run.
+	kubeVersion = "v1.37.2"
+	// serviceMonitorAPI is what a cluster with the Prometheus Operator serves.
+	serviceMonitorAPI = "monitoring.coreos.com/v1/ServiceMonitor"
+)
+
+// chartDir is charts/stickydrain in this checkout.
+func chartDir() string { return filepath.Join("..", "..", "charts", "stickydrain") }
+
+// valuesFile reads one of the chart's documented values files.
+func valuesFile(t *testing.T, name string) map[string]any {
+	t.Helper()
+	if name == "" {
+		return map[string]any{}
+	}
+	v, err := common.ReadValuesFile(filepath.Join(chartDir(), "examples", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// render is `helm template` through the SDK: a client-only dry-run
+// install, values checked against values.schema.json. apiVersions are
+// the extra APIs the cluster serves.
+func render(vals map[string]any, apiVersions ...string) ([]*unstructured.Unstructured, error) {
+	ch, err := loader.Load(chartDir())
+	if err != nil {
+		return nil, fmt.Errorf("loading the chart: %w", err)
+	}
+	kv, err := common.ParseKubeVersion(kubeVersion)
+	if err != nil {
+		return nil, err
+	}
+	inst := action.NewInstall(action.NewConfiguration())
+	inst.DryRunStrategy = action.DryRunClient
+	inst.ReleaseName = release
+	inst.Namespace = namespace
+	inst.KubeVersion = kv
+	inst.APIVersions = apiVersions
+	r, err := inst.Run(ch, vals)
+	if err != nil {
+		return nil, err
+	}
+	rel, ok := r.(*releasev1.Release)
+	if !ok {
+		return nil, fmt.Errorf("helm returned a %T", r)
+	}
+	return parse(rel.Manifest)
+}
+
+// parse splits a rendered manifest into objects.
+func parse(manifest string) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	for _, doc := range strings.Split(manifest, "\n---") {
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			return nil, fmt.Errorf("rendered document %q: %w", firstLine(doc), err)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		out = append(out, &unstructured.Unstructured{Object: m})
+	}
+	return out, nil
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	l, _, _ := strings.Cut(s, "\n")
+	return l
+}
+
+func mustRender(t *testing.T, vals map[string]any, apiVersions ...string) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := render(vals, apiVersions...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// helmLabels are the labels the chart adds and the kustomize install does
+// not have (Helm's recommended ones); the parity test leaves them out.
+var helmLabels = []string{"app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version", "helm.sh/chart"}
+
+// normalize keys each object by kind/namespace/name, without Helm's labels,
+// with every number as JSON decodes it.
+func normalize(t *testing.T, objs []*unstructured.Unstructured) map[string]map[string]any {
+	t.Helper()
+	out := map[string]map[string]any{}
+	for _, o := range objs {
+		o = o.DeepCopy()
+		if l := o.GetLabels(); l != nil {
+			for _, k := range helmLabels {
+				delete(l, k)
+			}
+			o.SetLabels(l)
+		}
+		b, err := json.Marshal(o.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		key := o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName()
+		if _, dup := out[key]; dup {
+			t.Errorf("%s rendered twice", key)
+		}
+		out[key] = m
+	}
+	return out
+}
+
+func keys(m map[string]map[string]any) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// The chart and the kustomize install cannot drift: with the values a
+// documented file gives, the chart renders the same objects, field for
+// field, as the kustomization a user would apply instead. Two differences
+// are the point of each tool and are left out: Helm's own labels, and the
+// Namespace, which `helm install --create-namespace` (or the operator)
+// creates while the kustomize install carries it.
+func TestTheChartAndTheKustomizeInstallGiveTheSameObjects(t *testing.T) {
+	for _, tc := range []struct {
+		values, kustomization string
+		apiVersions           []string
+	}{
+		{"", "default", []string{serviceMonitorAPI}},
+		{"without-monitoring.yaml", "without-monitoring", []string{serviceMonitorAPI}},
+		// Without the Prometheus Operator, "auto" leaves the ServiceMonitors out.
+		{"", "without-monitoring", nil},
+		{"webhook-only.yaml", "webhook-only", []string{serviceMonitorAPI}},
+	} {
+		t.Run(tc.kustomization+"/"+tc.values, func(t *testing.T) {
+			want, err := manifests.Render(manifests.Dir(tc.kustomization))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = slices.DeleteFunc(want, func(o *unstructured.Unstructured) bool { return o.GetKind() == "Namespace" })
+			got := mustRender(t, valuesFile(t, tc.values), tc.apiVersions...)
+			g, w := normalize(t, got), normalize(t, want)
+			if d := cmp.Diff(keys(w), keys(g)); d != "" {
+				t.Errorf("objects (-kustomize +chart):\n%s", d)
+			}
+			for k, wo := range w {
+				if gobj, ok := g[k]; ok {
+					if d := cmp.Diff(wo, gobj); d != "" {
+						t.Errorf("%s (-kustomize +chart):\n%s", k, d)
+					}
+				}
+			}
+			// Every object carries Helm's labels, so that a user can select
+			// the release's objects.
+			for _, o := range got {
+				if o.GetLabels()["app.kubernetes.io/instance"] != release || o.GetLabels()["app.kubernetes.io/part-of"] != "stickydrain" {
+					t.Errorf("%s %s: labels %v", o.GetKind(), o.GetName(), o.GetLabels())
+				}
+			}
+		})
+	}
+}
+
+// The parity test can fail: a change to one install and not the other is
+// reported, naming the object.
+func TestTheParityCheckSeesADrift(t *testing.T) {
+	got := normalize(t, mustRender(t, map[string]any{"webhook": map[string]any{"replicas": 3}}, serviceMonitorAPI))
+	want, err := manifests.Render(manifests.Dir("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := normalize(t, want)
+	k := "Deployment " + namespace + "/stickydrain-webhook"
+	if cmp.Equal(w[k], got[k]) {
+		t.Errorf("three webhook replicas compared equal to the install's two")
+	}
+}
+
+// Every documented values file renders, and what it promises is in the
+// objects.
+func TestEveryValuesFileRenders(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(chartDir(), "examples", "*.yaml"))
+	if err != nil || len(files) < 4 {
+		t.Fatalf("values files: %v %v", files, err)
+	}
+	for _, f := range files {
+		name := filepath.Base(f)
+		t.Run(name, func(t *testing.T) {
+			objs := mustRender(t, valuesFile(t, name), serviceMonitorAPI)
+			switch name {
+			case "controller-config.yaml":
+				cm := manifests.Find(objs, "ConfigMap", "stickydrain-controller")
+				if cm == nil {
+					t.Fatal("controller.config set, and no ConfigMap stickydrain-controller")
+				}
+				data, _, _ := unstructured.NestedString(cm.Object, "data", "controller.yaml")
+				// The controller accepts what the chart wrote, and it is
+				// the sample's configuration.
+				cfg, err := config.Parse([]byte(data))
+				if err != nil {
+					t.Fatalf("the controller refuses the chart's configuration: %v\n%s", err, data)
+				}
+				sample, err := os.ReadFile(filepath.Join("..", "..", "manifests", "samples", "controller-config", "controller.yaml"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := config.Parse(sample)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := cmp.Diff(want, cfg); d != "" {
+					t.Errorf("the chart's configuration is not the sample's (-sample +chart):\n%s", d)
+				}
+			case "mirror.yaml":
+				v := valuesFile(t, name)
+				ref := func(key string) string {
+					img := v[key].(map[string]any)
+					return fmt.Sprintf("%s:%s@%s", img["repository"], img["tag"], img["digest"])
+				}
+				images := map[string]string{}
+				for _, d := range []string{"stickydrain-webhook", "stickydrain-controller"} {
+					o := manifests.Find(objs, "Deployment", d)
+					for _, list := range []string{"initContainers", "containers"} {
+						cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", list)
+						for _, c := range cs {
+							c := c.(map[string]any)
+							images[d+"/"+c["name"].(string)] = c["image"].(string)
+						}
+					}
+					secrets, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "imagePullSecrets")
+					if len(secrets) != 1 || secrets[0].(map[string]any)["name"] != "mirror-credentials" {
+						t.Errorf("%s: imagePullSecrets %v", d, secrets)
+					}
+				}
+				want := map[string]string{
+					"stickydrain-webhook/drainctl":      ref("drainctlImage"),
+					"stickydrain-webhook/webhook":       ref("image"),
+					"stickydrain-controller/controller": ref("image"),
+				}
+				if d := cmp.Diff(want, images); d != "" {
+					t.Errorf("images (-want +got):\n%s", d)
+				}
+			}
+		})
+	}
+}
+
+// A bad value fails at install, naming the value (values.schema.json),
+// before anything reaches the cluster.
+func TestABadValueFailsNamingIt(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		vals  string
+		names string // what the error must name
+	}{
+		{"a string for a number", "webhook: {replicas: two}", "/webhook/replicas"},
+		{"no webhook replica", "webhook: {replicas: 0}", "/webhook/replicas"},
+		{"a misspelt key", "webhook: {replica: 3}", "replica"},
+		{"an unknown group", "controler: {enabled: false}", "controler"},
+		{"a digest that is not one", "image: {digest: 'sha256:abc'}", "/image/digest"},
+		{"a tag with a colon", "drainctlImage: {tag: 'v1:2'}", "/drainctlImage/tag"},
+		{"a pull policy", "image: {pullPolicy: Sometimes}", "/image/pullPolicy"},
+		{"monitoring neither auto nor a boolean", "monitoring: {serviceMonitors: 'yes'}", "/monitoring/serviceMonitors"},
+		{"a duration", "certificate: {duration: 90d}", "/certificate/duration"},
+		{"a webhook timeout over 30 s", "webhook: {timeoutSeconds: 31}", "/webhook/timeoutSeconds"},
+		{"a load balancer type", "controller: {config: {loadBalancers: [{name: edge, type: f5, instances: {static: ['127.0.0.1:9999']}}]}}", "/controller/config/loadBalancers/0/type"},
+		{"a configuration key", "controller: {config: {loadBalancer: []}}", "loadBalancer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var vals map[string]any
+			if err := yaml.Unmarshal([]byte(tc.vals), &vals); err != nil {
+				t.Fatal(err)
+			}
+			_, err := render(vals)
+			if err == nil {
+				t.Fatalf("%s: rendered", tc.vals)
+			}
+			t.Log(err)
+			if !strings.Contains(err.Error(), tc.names) {
+				t.Errorf("%s: the error does not name %s:\n%v", tc.vals, tc.names, err)
+			}
+		})
+	}
+}
+
+// `helm lint --strict` passes on the chart, with the defaults and with
+// every documented values file.
+func TestHelmLint(t *testing.T) {
+	kv, err := common.ParseKubeVersion(kubeVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(chartDir(), "examples", "*.yaml"))
+	for _, f := range append([]string{""}, files...) {
+		name := ""
+		if f != "" {
+			name = filepath.Base(f)
+		}
+		l := action.NewLint()
+		l.Strict = true
+		l.Namespace = namespace
+		l.KubeVersion = kv
+		res := l.Run([]string{chartDir()}, valuesFile(t, name))
+		for _, m := range res.Messages {
+			t.Logf("%s: %s", name, m)
+		}
+		if len(res.Errors) > 0 {
+			t.Errorf("helm lint --strict %s: %v", name, res.Errors)
+		}
+	}
+}

@@ -14,7 +14,7 @@ func newFlagSet() *pflag.FlagSet { return flagSet(&options{}) }
 func TestFlags(t *testing.T) {
 	cmdlinetest.Golden(t, newFlagSet, synopsis, filepath.Join("testdata", "help.golden"))
 	cmdlinetest.BothForms(t, newFlagSet, map[string]string{
-		"drainctl-image": "ghcr.io/stickydrain/drainctl:v0.1.0", "drainctl-image-from-container": "drainctl", "namespace-opt-in-owner-kinds": "ReplicaSet,StatefulSet,DaemonSet",
+		"drainctl-image": "ghcr.io/stickydrain/drainctl:v0.1.0", "drainctl-image-from-container": "drainctl", "drainctl-delivery": "image-volume", "namespace-opt-in-owner-kinds": "ReplicaSet,StatefulSet,DaemonSet",
 		"cert-dir": "/certs", "port": "9443", "metrics-bind-address": ":9443", "metrics-secure": "true",
 		"metrics-cert-dir": "/certs", "enable-http2": "true", "health-probe-bind-address": ":9081",
 		"pprof-bind-address": "127.0.0.1:6060", "leader-elect": "true", "leader-election-namespace": "stickydrain-system",
@@ -26,5 +26,6 @@ func TestFlags(t *testing.T) {
 		"--namespace-opt-in-owner-kinds=Pod": `invalid argument "Pod" for "--namespace-opt-in-owner-kinds" flag: "Pod" is not a controller kind`,
 		"--enable-http2=yes-please":          `invalid argument "yes-please" for "--enable-http2" flag`,
 		"--drainctl-img x":                   "unknown flag: --drainctl-img",
+		"--drainctl-delivery=volume":         `invalid argument "volume" for "--drainctl-delivery" flag: want inject or image-volume`,
 	})
 }

@@ -91,7 +91,8 @@ type Env struct {
 	// names for its binaries, or the images built and imported on the
 	// real node.
 	appImage, drainctlImage string
-	installed               bool // Options.Install
+	installed               bool   // Options.Install
+	drainctlDelivery        string // Options.DrainctlDelivery
 }
 
 // Options configure Start.
@@ -121,6 +122,11 @@ type Options struct {
 	// (the instances' Runtime API on TCP at the host's address, which pods
 	// reach).
 	Install bool
+	// DrainctlDelivery, when set, is the scenario Namespace's
+	// stickydrain.io/drainctl: "image-volume" mounts the drainctl image
+	// into the pods (the real node's containerd 2.x supports it; podhost
+	// does not).
+	DrainctlDelivery string
 	// RealNodeLock (with Node) is the machine's real-node lock, taken by
 	// the caller before its clock started (cluster.LockRealNode); Start
 	// waits for it otherwise.
@@ -176,6 +182,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	env.built = built
 	var imgs map[string]node.Image
 	env.installed = opts.Install
+	env.drainctlDelivery = opts.DrainctlDelivery
 	if opts.Node {
 		names := []string{"pause", "sessionapp", "drainctl"}
 		if opts.Install {

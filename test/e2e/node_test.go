@@ -31,12 +31,17 @@ func TestRealNodeKeepsEverySession(t *testing.T) {
 	// controller as pods of manifests/default from the stickydrain image,
 	// the controller draining the HAProxy instances through their Runtime
 	// API on TCP.
+	// Its pods take drainctl as an image volume (the drainctl image
+	// mounted read-only; no init container), and drain with it.
 	installed := opts
 	installed.Install = true
+	installed.DrainctlDelivery = "image-volume"
 	t.Run("rollout-installed", func(t *testing.T) { rollingUpdate(t, installed) })
 }
 
-// drainctlCameFromItsImage asserts that every pod of the app ran the
+// drainctlCameFromItsImage asserts that every pod of the app got drainctl
+// from the drainctl image: as an image volume when the scenario asks for
+// it, else it ran the
 // injected init container from the drainctl image, to its end (exit 0),
 // before its app container: what the webhook promises a pod whose image has
 // no drainctl (nor a shell to copy it with).
@@ -47,6 +52,18 @@ func drainctlCameFromItsImage(ctx context.Context, t *testing.T, env *Env) {
 		t.Fatal(err)
 	}
 	for _, p := range pods.Items {
+		if env.drainctlDelivery == "image-volume" {
+			n := 0
+			for _, v := range p.Spec.Volumes {
+				if v.Image != nil && v.Image.Reference == env.drainctlImage {
+					n++
+				}
+			}
+			if n != 1 || len(p.Spec.InitContainers) != 0 {
+				t.Errorf("%s: want the drainctl image %s as one image volume and no init container: volumes %+v, init containers %+v", p.Name, env.drainctlImage, p.Spec.Volumes, p.Spec.InitContainers)
+			}
+			continue
+		}
 		if len(p.Spec.InitContainers) == 0 || p.Spec.InitContainers[0].Image != env.drainctlImage {
 			t.Errorf("%s: no init container from %s: %+v", p.Name, env.drainctlImage, p.Spec.InitContainers)
 			continue

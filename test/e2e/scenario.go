@@ -52,6 +52,16 @@ func (e *Env) Deploy(ctx context.Context, replicas int32, idle time.Duration) er
 	}}); err != nil {
 		return err
 	}
+	if e.drainctlDelivery != "" {
+		var ns corev1.Namespace
+		if err := k.Get(ctx, client.ObjectKey{Name: Namespace}, &ns); err != nil {
+			return err
+		}
+		ns.Annotations["stickydrain.io/drainctl"] = e.drainctlDelivery
+		if err := k.Update(ctx, &ns); err != nil {
+			return err
+		}
+	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: Namespace, Annotations: map[string]string{}},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},

@@ -82,8 +82,9 @@ func start(t *testing.T, ctx context.Context, lock *cluster.RealNodeLock) *env {
 // and a Secret volume is injected and drained the same way; and with one
 // webhook pod deleted in the middle of a rollout, every new pod is still
 // injected (the other replica answers; failurePolicy Fail would refuse the
-// pods if none did); the webhook's certificate renewed while pods are
-// created refuses none.
+// pods if none did), and the new pods take drainctl as an image volume
+// (stickydrain.io/drainctl: image-volume) and drain with it; the
+// webhook's certificate renewed while pods are created refuses none.
 func TestInstallOnTheRealNode(t *testing.T) {
 	lock := realNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -153,6 +154,13 @@ func TestInstallOnTheRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Spec.Template.Spec.Containers[0].Args = append(d.Spec.Template.Spec.Containers[0].Args, "--version=v2")
+	// v2 takes drainctl as an image volume (containerd 2.4 and kubelet 1.37
+	// mount the drainctl image read-only; no init container): the drain
+	// below then runs drainctl from it.
+	if d.Spec.Template.Annotations == nil {
+		d.Spec.Template.Annotations = map[string]string{}
+	}
+	d.Spec.Template.Annotations["stickydrain.io/drainctl"] = "image-volume"
 	if err := e.c.Client.Update(ctx, &d); err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +210,7 @@ func TestInstallOnTheRealNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		took := h.Ended.Sub(h.Started)
-		t.Logf("%s: the kubelet ran preStop for %v, then SIGTERM with %d s of grace left", p.Name, took.Round(time.Millisecond), h.GracePeriod)
+		t.Logf("%s (drainctl %s): the kubelet ran preStop for %v, then SIGTERM with %d s of grace left", p.Name, delivery(&p), took.Round(time.Millisecond), h.GracePeriod)
 		if !h.Completed || h.Failed {
 			t.Errorf("%s: preStop completed=%v failed=%v, want it to end well", p.Name, h.Completed, h.Failed)
 		}
@@ -276,20 +284,42 @@ func (e *env) assertInjected(t *testing.T, ctx context.Context, app string) {
 		if p.DeletionTimestamp != nil {
 			continue
 		}
-		var installer *corev1.Container
-		for i, c := range p.Spec.InitContainers {
-			if c.Image == e.imgs["drainctl"].Ref {
-				installer = &p.Spec.InitContainers[i]
+		if p.Annotations["stickydrain.io/drainctl"] == "image-volume" {
+			var vol *corev1.Volume
+			for i, v := range p.Spec.Volumes {
+				if v.Image != nil && v.Image.Reference == e.imgs["drainctl"].Ref {
+					vol = &p.Spec.Volumes[i]
+				}
 			}
-		}
-		if installer == nil {
-			t.Errorf("%s: no init container from %s", p.Name, e.imgs["drainctl"].Ref)
-			continue
+			if vol == nil {
+				t.Errorf("%s: no image volume of %s: %+v", p.Name, e.imgs["drainctl"].Ref, p.Spec.Volumes)
+			}
+			for _, c := range p.Spec.InitContainers {
+				if c.Image == e.imgs["drainctl"].Ref {
+					t.Errorf("%s: an image volume and an init container %s", p.Name, c.Name)
+				}
+			}
+			if !ready(&p) {
+				t.Errorf("%s: with drainctl as an image volume, not ready: %+v", p.Name, p.Status.Conditions)
+			}
+		} else {
+			var installer *corev1.Container
+			for i, c := range p.Spec.InitContainers {
+				if c.Image == e.imgs["drainctl"].Ref {
+					installer = &p.Spec.InitContainers[i]
+				}
+			}
+			if installer == nil {
+				t.Errorf("%s: no init container from %s", p.Name, e.imgs["drainctl"].Ref)
+				continue
+			}
+			for _, st := range p.Status.InitContainerStatuses {
+				if st.Name == installer.Name && (st.State.Terminated == nil || st.State.Terminated.ExitCode != 0) {
+					t.Errorf("%s: the drainctl init container did not end with exit 0: %+v", p.Name, st.State)
+				}
+			}
 		}
 		for _, st := range p.Status.InitContainerStatuses {
-			if st.Name == installer.Name && (st.State.Terminated == nil || st.State.Terminated.ExitCode != 0) {
-				t.Errorf("%s: the drainctl init container did not end with exit 0: %+v", p.Name, st.State)
-			}
 			if st.Name == "proxy" && (st.Started == nil || !*st.Started) {
 				t.Errorf("%s: the native sidecar is not running: %+v", p.Name, st.State)
 			}
@@ -367,4 +397,14 @@ func waitAvailable(t *testing.T, ctx context.Context, c *cluster.Cluster, name s
 	if err := install.WaitAvailable(ctx, c, appNS, name); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// delivery says how drainctl reached the pod.
+func delivery(p *corev1.Pod) string {
+	for _, v := range p.Spec.Volumes {
+		if v.Image != nil {
+			return "from an image volume"
+		}
+	}
+	return "copied by an init container"
 }

@@ -245,6 +245,11 @@ func TestEveryValuesFileRenders(t *testing.T) {
 				if d := cmp.Diff(want, cfg); d != "" {
 					t.Errorf("the chart's configuration is not the sample's (-sample +chart):\n%s", d)
 				}
+			case "image-volume.yaml":
+				args, _, _ := unstructured.NestedSlice(manifests.Find(objs, "Deployment", "stickydrain-webhook").Object, "spec", "template", "spec", "containers")
+				if a := fmt.Sprint(args[0].(map[string]any)["args"]); !strings.Contains(a, "--drainctl-delivery=image-volume") {
+					t.Errorf("webhook args %s, want --drainctl-delivery=image-volume", a)
+				}
 			case "mirror.yaml":
 				v := valuesFile(t, name)
 				ref := func(key string) string {
@@ -297,6 +302,7 @@ func TestABadValueFailsNamingIt(t *testing.T) {
 		{"monitoring neither auto nor a boolean", "monitoring: {serviceMonitors: 'yes'}", "/monitoring/serviceMonitors"},
 		{"a duration", "certificate: {duration: 90d}", "/certificate/duration"},
 		{"a webhook timeout over 30 s", "webhook: {timeoutSeconds: 31}", "/webhook/timeoutSeconds"},
+		{"a drainctl delivery", "webhook: {drainctlDelivery: volume}", "/webhook/drainctlDelivery"},
 		{"a load balancer type", "controller: {config: {loadBalancers: [{name: edge, type: f5, instances: {static: ['127.0.0.1:9999']}}]}}", "/controller/config/loadBalancers/0/type"},
 		{"a configuration key", "controller: {config: {loadBalancer: []}}", "loadBalancer"},
 	} {

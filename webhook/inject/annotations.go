@@ -83,8 +83,11 @@ const (
 	// named by kubectl.kubernetes.io/default-container, else the first.
 	AnnotationContainer = Prefix + "container"
 	// AnnotationDrainctl says how drainctl gets into the pod: "inject"
-	// (default: an init container copies it into an emptyDir) or "image"
-	// (it is already in the image, at AnnotationDrainctlPath).
+	// (default, unless the webhook's --drainctl-delivery says otherwise: an
+	// init container copies it into an emptyDir), "image-volume" (the
+	// drainctl image mounted read-only as an image volume: Kubernetes 1.35+
+	// on containerd 2.1+ or CRI-O 1.31+; no init container, no copy) or
+	// "image" (it is already in the image, at AnnotationDrainctlPath).
 	AnnotationDrainctl = Prefix + "drainctl"
 	// AnnotationDrainctlPath is drainctl's path in the image, with
 	// drainctl "image". Default /usr/local/bin/drainctl.

@@ -79,12 +79,36 @@ type Config struct {
 	// OwnerKinds are the controller kinds whose pods a Namespace opt-in
 	// reaches; empty: DefaultOwnerKinds.
 	OwnerKinds []string
+	// DrainctlDelivery is how drainctl reaches a pod whose annotation
+	// stickydrain.io/drainctl does not say: DeliveryInject (empty means
+	// it) or DeliveryImageVolume.
+	DrainctlDelivery string
 }
+
+// How drainctl reaches a pod (the values of stickydrain.io/drainctl).
+const (
+	// DeliveryInject: an init container copies drainctl from the drainctl
+	// image into an emptyDir (every runtime).
+	DeliveryInject = "inject"
+	// DeliveryImageVolume: the drainctl image itself is mounted read-only
+	// (an image volume: Kubernetes 1.35+ where the runtime supports them,
+	// containerd 2.1+ or CRI-O 1.31+). No init container, no copy.
+	DeliveryImageVolume = "image-volume"
+	// DeliveryImage: drainctl is already in the app's image.
+	DeliveryImage = "image"
+)
 
 // BindFlags registers the config's flags.
 func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.DrainctlImage, "drainctl-image", c.DrainctlImage, "`image` of the init container that installs drainctl into opted-in pods")
 	fs.StringVar(&c.DrainctlImageFrom, "drainctl-image-from-container", c.DrainctlImageFrom, "take the drainctl image from this `container` of the webhook's own pod (POD_NAMESPACE, POD_NAME): the install's init container, so that kustomize images: or Helm values set it in one place, and the node pulls it before the webhook serves; instead of --drainctl-image")
+	fs.Func("drainctl-delivery", "how drainctl reaches a pod whose stickydrain.io/drainctl annotation does not say: `mode` inject (an init container copies it; the default) or image-volume (the drainctl image mounted read-only: Kubernetes 1.35+ on containerd 2.1+ or CRI-O 1.31+)", func(v string) error {
+		if v != DeliveryInject && v != DeliveryImageVolume {
+			return fmt.Errorf("want %s or %s", DeliveryInject, DeliveryImageVolume)
+		}
+		c.DrainctlDelivery = v
+		return nil
+	})
 	fs.Func("namespace-opt-in-owner-kinds", "comma-separated `kinds` of controller whose pods a Namespace opt-in reaches (default "+strings.Join(DefaultOwnerKinds, ",")+"; also DaemonSet, Job (a CronJob's pods are its Jobs'), ReplicationController); a pod's own label opts any pod in", func(v string) error {
 		k, err := ParseOwnerKinds(v)
 		if err != nil {
@@ -102,6 +126,11 @@ func (c *Config) Validate() error {
 		return errors.New("--drainctl-image and --drainctl-image-from-container both set: give one")
 	case c.DrainctlImage == "" && c.DrainctlImageFrom == "":
 		return errors.New("the drainctl image is required: --drainctl-image=IMAGE (e.g. ghcr.io/stickydrain/drainctl:v0.1.0) or --drainctl-image-from-container=NAME (a container of the webhook's own pod)")
+	}
+	switch c.DrainctlDelivery {
+	case "", DeliveryInject, DeliveryImageVolume:
+	default:
+		return fmt.Errorf("--drainctl-delivery=%s: want %s or %s", c.DrainctlDelivery, DeliveryInject, DeliveryImageVolume)
 	}
 	return nil
 }
@@ -174,8 +203,13 @@ func Inject(pod *corev1.Pod, ns Namespace, cfg Config) (Result, error) {
 		if v, ok := pod.Annotations[key]; ok {
 			return v, true
 		}
-		v, ok := ns.Annotations[key]
-		return v, ok
+		if v, ok := ns.Annotations[key]; ok {
+			return v, true
+		}
+		if key == AnnotationDrainctl && cfg.DrainctlDelivery != "" {
+			return cfg.DrainctlDelivery, true
+		}
+		return "", false
 	}
 	target := pod
 	if mode == DryRun {
@@ -217,10 +251,23 @@ func dryRunSummary(orig, injected *corev1.Pod, plan *Plan, err error) string {
 	s := fmt.Sprintf("would hook container %s with preStop %q; terminationGracePeriodSeconds %d -> %d",
 		c.Name, strings.Join(c.Lifecycle.PreStop.Exec.Command, " "), grace,
 		ptr.Deref(injected.Spec.TerminationGracePeriodSeconds, corev1.DefaultTerminationGracePeriodSeconds))
-	if plan.InjectBin {
+	switch {
+	case plan.ImageVolume:
+		s += "; an image volume mounts drainctl from " + imageVolumes(injected)
+	case plan.InjectBin:
 		s += "; an init container copies drainctl from " + strings.Join(initImages(injected), ",")
 	}
 	return s
+}
+
+func imageVolumes(p *corev1.Pod) string {
+	var out []string
+	for _, v := range p.Spec.Volumes {
+		if strings.HasPrefix(v.Name, BinVolume) && v.Image != nil {
+			out = append(out, v.Image.Reference)
+		}
+	}
+	return strings.Join(out, ",")
 }
 
 func initImages(p *corev1.Pod) []string {
@@ -236,7 +283,10 @@ func initImages(p *corev1.Pod) []string {
 // Plan is what the parameters resolve to for one pod spec.
 type Plan struct {
 	Container   int // index in spec.Containers
+	// InjectBin: stickydrain delivers drainctl at BinDir, by an init
+	// container's copy or, with ImageVolume, by mounting the image.
 	InjectBin   bool
+	ImageVolume bool
 	DrainctlBin string
 	WaitArgs    []string
 	Keep        []string // an existing exec preStop to run first
@@ -289,8 +339,10 @@ func Resolve(spec *corev1.PodSpec, get func(string) (string, bool)) (*Plan, erro
 
 	plan := &Plan{InjectBin: true, DrainctlBin: BinDir + "/drainctl"}
 	switch v, _ := get(AnnotationDrainctl); v {
-	case "", "inject":
-	case "image":
+	case "", DeliveryInject:
+	case DeliveryImageVolume:
+		plan.ImageVolume = true
+	case DeliveryImage:
 		plan.InjectBin = false
 		plan.DrainctlBin = DefaultImageBin
 		if p, ok := get(AnnotationDrainctlPath); ok {
@@ -301,7 +353,7 @@ func Resolve(spec *corev1.PodSpec, get func(string) (string, bool)) (*Plan, erro
 			}
 		}
 	default:
-		bad(AnnotationDrainctl, v, `want "inject" (an init container delivers drainctl) or "image" (it is in the image)`)
+		bad(AnnotationDrainctl, v, `want "inject" (an init container copies drainctl), "image-volume" (the drainctl image mounted read-only: Kubernetes 1.35+ on containerd 2.1+ or CRI-O 1.31+) or "image" (it is in the image)`)
 	}
 
 	margin := DefaultShutdownMargin
@@ -494,10 +546,16 @@ func apply(pod *corev1.Pod, plan *Plan, cfg Config) error {
 	binVol := uniqueVolume(spec, BinVolume)
 	podinfoVol := uniqueVolume(spec, PodinfoVolume)
 
-	if plan.InjectBin {
-		if cfg.DrainctlImage == "" {
-			return errors.New("the webhook has no --drainctl-image")
-		}
+	switch {
+	case plan.InjectBin && cfg.DrainctlImage == "":
+		return errors.New("the webhook has no --drainctl-image")
+	case plan.ImageVolume:
+		// The image's root is the volume: /drainctl lands at BinDir/drainctl,
+		// where the init container would have copied it.
+		addVolume(spec, corev1.Volume{Name: binVol, VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{
+			Reference: cfg.DrainctlImage, PullPolicy: corev1.PullIfNotPresent,
+		}}})
+	case plan.InjectBin:
 		addVolume(spec, corev1.Volume{Name: binVol, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 			SizeLimit: ptr.To(resource.MustParse("32Mi")),
 		}}})

@@ -524,3 +524,86 @@ func TestEveryWrittenFlagIsOneArgument(t *testing.T) {
 		}
 	}
 }
+
+// drainctl as an image volume: the drainctl image mounted read-only where
+// the init container would have copied it; no init container, no emptyDir.
+// Asked per pod (the annotation) or for every pod (--drainctl-delivery),
+// the annotation winning; a bad value names the annotation and the modes.
+func TestDrainctlAsAnImageVolume(t *testing.T) {
+	check := func(t *testing.T, p *corev1.Pod) {
+		t.Helper()
+		if len(p.Spec.InitContainers) != 0 {
+			t.Errorf("init containers %v, want none", p.Spec.InitContainers)
+		}
+		var vol *corev1.Volume
+		for i, v := range p.Spec.Volumes {
+			if v.Name == BinVolume {
+				vol = &p.Spec.Volumes[i]
+			}
+		}
+		if vol == nil || vol.Image == nil || vol.EmptyDir != nil {
+			t.Fatalf("volume %s: %+v, want an image volume", BinVolume, vol)
+		}
+		if vol.Image.Reference != cfg.DrainctlImage || vol.Image.PullPolicy != corev1.PullIfNotPresent {
+			t.Errorf("image volume %+v, want %s IfNotPresent", vol.Image, cfg.DrainctlImage)
+		}
+		var mount *corev1.VolumeMount
+		for i, m := range p.Spec.Containers[0].VolumeMounts {
+			if m.Name == BinVolume {
+				mount = &p.Spec.Containers[0].VolumeMounts[i]
+			}
+		}
+		if mount == nil || mount.MountPath != BinDir || !mount.ReadOnly {
+			t.Errorf("mount %+v, want %s read-only", mount, BinDir)
+		}
+		// The image holds drainctl at its root (InstallerPath): mounted at
+		// BinDir, it is the preStop's command.
+		if cmd := prestop(p, 0); len(cmd) < 2 || cmd[0] != BinDir+InstallerPath || cmd[1] != "wait" {
+			t.Errorf("preStop %v, want %s wait …", cmd, BinDir+InstallerPath)
+		}
+	}
+	annotated := basePod(func(p *corev1.Pod) { p.Annotations[AnnotationDrainctl] = DeliveryImageVolume })
+	if res, err := Inject(annotated, optedNS, cfg); err != nil || res.Reason != ReasonInjected {
+		t.Fatalf("annotated: %v %v", res, err)
+	}
+	check(t, annotated)
+
+	byFlag := cfg
+	byFlag.DrainctlDelivery = DeliveryImageVolume
+	if err := byFlag.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p := basePod()
+	if res, err := Inject(p, optedNS, byFlag); err != nil || res.Reason != ReasonInjected {
+		t.Fatalf("by flag: %v %v", res, err)
+	}
+	check(t, p)
+
+	// The pod's annotation wins over the flag.
+	p = basePod(func(p *corev1.Pod) { p.Annotations[AnnotationDrainctl] = DeliveryInject })
+	if _, err := Inject(p, optedNS, byFlag); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Spec.InitContainers) != 1 {
+		t.Errorf("annotation inject under --drainctl-delivery=image-volume: init containers %v", p.Spec.InitContainers)
+	}
+
+	// A dry run says which.
+	dry := basePod(func(p *corev1.Pod) { p.Annotations[AnnotationDrainctl] = DeliveryImageVolume })
+	if _, err := Inject(dry, Namespace{Labels: map[string]string{OptInLabel: LabelDryRun}}, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := dry.Annotations[AnnotationDryRun]; !strings.Contains(got, "an image volume mounts drainctl from "+cfg.DrainctlImage) {
+		t.Errorf("dry-run summary %q does not say the image volume", got)
+	}
+
+	bad := basePod(func(p *corev1.Pod) { p.Annotations[AnnotationDrainctl] = "volume" })
+	if _, err := Inject(bad, optedNS, cfg); err == nil || !strings.Contains(err.Error(), AnnotationDrainctl) || !strings.Contains(err.Error(), `"image-volume"`) {
+		t.Errorf("stickydrain.io/drainctl=volume: %v", err)
+	}
+	flagBad := cfg
+	flagBad.DrainctlDelivery = "volume"
+	if err := flagBad.Validate(); err == nil || !strings.Contains(err.Error(), "--drainctl-delivery=volume") {
+		t.Errorf("--drainctl-delivery=volume: %v", err)
+	}
+}

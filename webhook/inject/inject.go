@@ -282,7 +282,7 @@ func initImages(p *corev1.Pod) []string {
 
 // Plan is what the parameters resolve to for one pod spec.
 type Plan struct {
-	Container   int // index in spec.Containers
+	Container int // index in spec.Containers
 	// InjectBin: stickydrain delivers drainctl at BinDir, by an init
 	// container's copy or, with ImageVolume, by mounting the image.
 	InjectBin   bool

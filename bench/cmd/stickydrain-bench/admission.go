@@ -47,7 +47,11 @@ func benchPod(name string) *corev1.Pod {
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: benchNS,
-			Labels: map[string]string{"app": "shop", "pod-template-hash": "7d9c5b8f4", "version": "v42"},
+			// Its own label opts it in: a Namespace's opt-in reaches only
+			// pods of a ReplicaSet or StatefulSet, and a bench pod has no
+			// controller (an owner reference to none would have the garbage
+			// collector deleting pods during the measurement).
+			Labels: map[string]string{"app": "shop", "pod-template-hash": "7d9c5b8f4", "version": "v42", "stickydrain.io/drain": "enabled"},
 			Annotations: map[string]string{
 				"stickydrain.io/url": "http://localhost:8080/manager/text/list", "stickydrain.io/format": "tomcat-list",
 				"stickydrain.io/context": "/shop", "stickydrain.io/basic-auth-env": "TOMCAT_MANAGER_CREDENTIALS",
@@ -105,7 +109,8 @@ func reviewBody(uid int64) ([]byte, error) {
 	})
 }
 
-func admission(ctx context.Context, dir string, logf func(string, ...any), dur time.Duration, pprofAddr string) (string, error) {
+func admission(ctx context.Context, dir string, logf func(string, ...any), sz size, pprofAddr string) (string, error) {
+	dur := sz.AdmissionRun
 	c, err := cluster.Start(ctx, cluster.Options{Log: logf, OwnSignals: true})
 	if err != nil {
 		return "", err
@@ -258,7 +263,7 @@ func admission(ctx context.Context, dir string, logf func(string, ...any), dur t
 	pc := table{head: []string{"pod CREATE through kube-apiserver", "pods", "p50", "p99", "max"}}
 	creates := func(label, prefix string) error {
 		var lat []time.Duration
-		for i := 0; i < 300; i++ {
+		for i := range sz.AdmissionCreates {
 			p := benchPod(fmt.Sprintf("%s-%d", prefix, i))
 			p.ResourceVersion = ""
 			start := time.Now()

@@ -19,7 +19,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	flag "github.com/spf13/pflag" // GNU-style flags, as every stickydrain binary
 )
@@ -28,7 +27,8 @@ func main() {
 	out := flag.String("out", "", "`file` to write the markdown section to (default stdout)")
 	pprofAddr := flag.String("pprof", "", "`address` for the webhook's pprof endpoint; the 1000/s run's CPU profile goes to bench/webhook-cpu-1000.prof")
 	controllerBin := flag.String("controller", "", "controller `binary` to measure (default: built from this tree), e.g. an older build for a before/after figure")
-	dur := flag.Duration("duration", 10*time.Second, "how long each fixed-rate admission run lasts")
+	dur := flag.Duration("duration", 0, "how long each fixed-rate admission run lasts (default 10s; 200ms with --smoke)")
+	smoke := flag.Bool("smoke", false, "a run in seconds that only shows each mode works (tiny sizes; figures meaningless)")
 	flag.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: stickydrain-bench [-out FILE] admission|propagation|scale")
 		flag.PrintDefaults()
@@ -41,14 +41,21 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logf := log.New(os.Stderr, "bench: ", log.Ltime).Printf
+	sz := fullSize
+	if *smoke {
+		sz = smokeSize
+	}
+	if *dur > 0 {
+		sz.AdmissionRun = *dur
+	}
 	var run func(dir string) (string, error)
 	switch flag.Arg(0) {
 	case "admission":
-		run = func(dir string) (string, error) { return admission(ctx, dir, logf, *dur, *pprofAddr) }
+		run = func(dir string) (string, error) { return admission(ctx, dir, logf, sz, *pprofAddr) }
 	case "propagation":
-		run = func(dir string) (string, error) { return propagation(ctx, dir, logf, *controllerBin) }
+		run = func(dir string) (string, error) { return propagation(ctx, dir, logf, *controllerBin, sz) }
 	case "scale":
-		run = func(dir string) (string, error) { return scale(ctx, dir, logf, *controllerBin) }
+		run = func(dir string) (string, error) { return scale(ctx, dir, logf, *controllerBin, sz) }
 	default:
 		flag.Usage()
 		os.Exit(2)

@@ -26,9 +26,30 @@ import (
 )
 
 const (
-	propNS       = "prop"
-	propServices = 1000
-	propPerSvc   = 10
+	propNS     = "prop"
+	propPerSvc = 10
+)
+
+// size is how big a run is: the figures' (full) or a smoke run's, which
+// only shows that every mode still works end to end.
+type size struct {
+	// PropServices is the propagation run's Services (× propPerSvc pods);
+	// a tenth of them each take the burst and the trickle of deletions.
+	PropServices int
+	// ScaleServices are the scale run's steps, in Services of scalePerSvc
+	// endpoints each; ScaleIdle how long each step idles (the controller
+	// resyncs every 30 s).
+	ScaleServices []int
+	ScaleIdle     time.Duration
+	// AdmissionRun is how long each fixed-rate admission run lasts, and
+	// AdmissionCreates how many pods are created through the API server.
+	AdmissionRun     time.Duration
+	AdmissionCreates int
+}
+
+var (
+	fullSize  = size{PropServices: 1000, ScaleServices: []int{100, 1000}, ScaleIdle: 60 * time.Second, AdmissionRun: 10 * time.Second, AdmissionCreates: 300}
+	smokeSize = size{PropServices: 20, ScaleServices: []int{2, 5}, ScaleIdle: 2 * time.Second, AdmissionRun: 200 * time.Millisecond, AdmissionCreates: 10}
 )
 
 func svcName(i int) string { return fmt.Sprintf("svc-%d", i) }
@@ -74,7 +95,8 @@ func parallel(n, w int, f func(i int) error) error {
 	return first
 }
 
-func propagation(ctx context.Context, dir string, logf func(string, ...any), controllerBin string) (string, error) {
+func propagation(ctx context.Context, dir string, logf func(string, ...any), controllerBin string, sz size) (string, error) {
+	propServices := sz.PropServices
 	c, err := cluster.Start(ctx, cluster.Options{Log: logf, OwnSignals: true,
 		// The EndpointSlice controller unthrottled, as large clusters run it
 		// (the default 20 requests/s would dominate a burst of 100).
@@ -297,16 +319,17 @@ resync: 10m
 		return r, nil
 	}
 	var burstSvcs, trickleSvcs []int
-	for i := range 100 {
+	tenth := propServices / 10
+	for i := range tenth {
 		burstSvcs = append(burstSvcs, i)
-		trickleSvcs = append(trickleSvcs, 100+i)
+		trickleSvcs = append(trickleSvcs, tenth+i)
 	}
-	logf("propagation: burst of 100 deletions")
-	burst, err := measure("burst: 100 pods deleted at once", burstSvcs, 0)
+	logf("propagation: burst of %d deletions", tenth)
+	burst, err := measure(fmt.Sprintf("burst: %d pods deleted at once", tenth), burstSvcs, 0)
 	if err != nil {
 		return "", err
 	}
-	logf("propagation: trickle of 100 deletions, one every 100 ms")
+	logf("propagation: trickle of %d deletions, one every 100 ms", tenth)
 	trickle, err := measure("trickle: one pod deleted every 100 ms", trickleSvcs, 100*time.Millisecond)
 	if err != nil {
 		return "", err

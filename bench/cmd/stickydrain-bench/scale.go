@@ -45,7 +45,7 @@ func scaleSlice(svc, k int, terminating int) *discoveryv1.EndpointSlice {
 	return s
 }
 
-func scale(ctx context.Context, dir string, logf func(string, ...any), controllerBin string) (string, error) {
+func scale(ctx context.Context, dir string, logf func(string, ...any), controllerBin string, sz size) (string, error) {
 	c, err := cluster.Start(ctx, cluster.Options{Log: logf, OwnSignals: true})
 	if err != nil {
 		return "", err
@@ -58,7 +58,7 @@ func scale(ctx context.Context, dir string, logf func(string, ...any), controlle
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	const maxSvcs = 1000
+	maxSvcs := sz.ScaleServices[len(sz.ScaleServices)-1]
 	var backends []haproxytest.Backend
 	for i := range maxSvcs {
 		backends = append(backends, haproxytest.Backend{Name: svcName(i), Slots: scalePerSvc + 4})
@@ -83,7 +83,7 @@ func scale(ctx context.Context, dir string, logf func(string, ...any), controlle
 		return "", err
 	}
 
-	t := table{head: []string{"endpoints", "Services", "initial sync", "controller CPU for it", "RSS after (peak)", "idle CPU over 60 s (2 resyncs)", "liveness requests/s at idle (probe + heartbeat)"}}
+	t := table{head: []string{"endpoints", "Services", "initial sync", "controller CPU for it", "RSS after (peak)", fmt.Sprintf("idle CPU over %v (%d resyncs)", sz.ScaleIdle, int(sz.ScaleIdle/(30*time.Second))), "liveness requests/s at idle (probe + heartbeat)"}}
 	g := table{head: []string{"endpoints", "endpoints turning terminating (one per Service)", "update sent → drained: p50", "p99", "max", "controller CPU", "per change", "Runtime API connections per change", "tries"}}
 	terminating := make([]int, maxSvcs) // per Service: endpoints made terminating so far
 	// round turns one more endpoint terminating in each of the first n
@@ -141,14 +141,14 @@ func scale(ctx context.Context, dir string, logf func(string, ...any), controlle
 			cpu := after.CPU - before.CPU
 			reqs, _ := j.counts("haproxy")
 			d := summarise(lat)
-			g.add(fmt.Sprintf("%dk", total/1000), fmt.Sprint(n), ms(d.P50), ms(d.P99), ms(d.Max),
+			g.add(endpoints(total), fmt.Sprint(n), ms(d.P50), ms(d.P99), ms(d.Max),
 				cpu.String(), (cpu / time.Duration(n)).Round(10*time.Microsecond).String(),
 				fmt.Sprintf("%.2f", float64(reqs)/float64(n)), fmt.Sprint(try))
 			return nil
 		}
 	}
 	created := 0
-	for _, nSvc := range []int{100, maxSvcs} {
+	for _, nSvc := range sz.ScaleServices {
 		logf("scale: %d Services × %d endpoints", nSvc, scalePerSvc)
 		before, err := procUsage(ctl.Pid())
 		if err != nil {
@@ -188,19 +188,19 @@ func scale(ctx context.Context, dir string, logf func(string, ...any), controlle
 		if err != nil {
 			return "", err
 		}
-		logf("scale: %d servers on HAProxy after %v; idling 60 s", want, synced.Round(time.Second))
+		logf("scale: %d servers on HAProxy after %v; idling %v", want, synced.Round(time.Second), sz.ScaleIdle)
 		j.reset()
-		time.Sleep(60 * time.Second)
+		time.Sleep(sz.ScaleIdle)
 		live, _ := j.counts("liveness:haproxy-0")
 		afterIdle, err := procUsage(ctl.Pid())
 		if err != nil {
 			return "", err
 		}
 		idle := afterIdle.CPU - afterSync.CPU
-		t.add(fmt.Sprintf("%dk", want/1000), fmt.Sprint(nSvc), synced.Round(100*time.Millisecond).String(),
+		t.add(endpoints(want), fmt.Sprint(nSvc), synced.Round(100*time.Millisecond).String(),
 			(afterSync.CPU - before.CPU).String(), fmt.Sprintf("%s (%s)", mib(afterSync.RSS), mib(afterSync.HWM)),
-			fmt.Sprintf("%v (%.1f %% of a core)", idle, 100*float64(idle)/float64(60*time.Second)),
-			fmt.Sprintf("%.2f", float64(live)/60))
+			fmt.Sprintf("%v (%.1f %% of a core)", idle, 100*float64(idle)/float64(sz.ScaleIdle)),
+			fmt.Sprintf("%.2f", float64(live)/sz.ScaleIdle.Seconds()))
 		for _, n := range []int{10, 100, 1000} {
 			if n > nSvc {
 				break
@@ -215,9 +215,8 @@ func scale(ctx context.Context, dir string, logf func(string, ...any), controlle
 
 Synthetic EndpointSlices (one slice of %d ready endpoints per selector-less Service, as another
 controller would publish them) on the real API server, mapped onto one real HAProxy 2.6 with
-1,000 backends of 104 slots; the controller binary as its shipped ServiceAccount with the default
-resync (30 s). First 100 Services (10k endpoints), then 900 more (100k). CPU from /proc (10 ms
-ticks).
+%d backends of %d slots; the controller binary as its shipped ServiceAccount with the default
+resync (30 s). Services in steps of %v, each of %d endpoints. CPU from /proc (10 ms ticks).
 
 %s
 Goal: controller under 150 MiB RSS at 10k endpoints.
@@ -232,5 +231,13 @@ own backend, so the cost per change should stay flat as the total grows and the 
 grow with the changes.
 
 %s
-`, scalePerSvc, t.String(), g.String()), nil
+`, scalePerSvc, maxSvcs, scalePerSvc+4, sz.ScaleServices, scalePerSvc, t.String(), g.String()), nil
+}
+
+// endpoints writes a count as the tables do: 10k, or 500 below a thousand.
+func endpoints(n int) string {
+	if n < 1000 {
+		return fmt.Sprint(n)
+	}
+	return fmt.Sprintf("%dk", n/1000)
 }

@@ -32,7 +32,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/test/cluster"
@@ -585,11 +584,7 @@ func TestTheInstallAppliesToARealAPIServer(t *testing.T) {
 	c := cluster.StartT(t, cluster.Options{Log: t.Logf})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	crds, err := manifests.CRDFiles(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := envtest.InstallCRDs(c.Config, envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true}); err != nil {
+	if err := manifests.InstallCRDs(ctx, c.Config); err != nil {
 		t.Fatal(err)
 	}
 	apply := func(dir string) {

@@ -13,6 +13,8 @@ import (
 	"runtime"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
@@ -81,6 +83,19 @@ func CRDFiles(ctx context.Context) ([]string, error) {
 		filepath.Join(cm, "deploy", "crds", "cert-manager.io_certificates.yaml"),
 		filepath.Join(po, "example", "prometheus-operator-crd", "monitoring.coreos.com_servicemonitors.yaml"),
 	}, nil
+}
+
+// InstallCRDs installs the CRDs of CRDFiles into the API server cfg reaches
+// and waits until they are served.
+func InstallCRDs(ctx context.Context, cfg *rest.Config) error {
+	crds, err := CRDFiles(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true}); err != nil {
+		return fmt.Errorf("installing the CRDs of the install's dependencies: %w", err)
+	}
+	return nil
 }
 
 func moduleDir(ctx context.Context, mod string) (string, error) {

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/manifests"
@@ -69,11 +68,7 @@ func TestHelmInstallUpgradeUninstallOnARealAPIServer(t *testing.T) {
 	c := cluster.StartT(t, cluster.Options{Log: t.Logf})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	crds, err := manifests.CRDFiles(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := envtest.InstallCRDs(c.Config, envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true}); err != nil {
+	if err := manifests.InstallCRDs(ctx, c.Config); err != nil {
 		t.Fatal(err)
 	}
 	// The API server refuses unknown fields: Helm's server-side apply

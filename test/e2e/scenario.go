@@ -42,25 +42,19 @@ const (
 
 func (e *Env) Deploy(ctx context.Context, replicas int32, idle time.Duration) error {
 	k := e.Cluster.Client
-	if err := k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name:   Namespace,
-		Labels: map[string]string{"stickydrain.io/drain": "enabled"},
-		Annotations: map[string]string{
-			"stickydrain.io/url": "http://localhost:8080/sessions", "stickydrain.io/format": "number",
-			"stickydrain.io/interval": PollInterval.String(), "stickydrain.io/min-wait": MinWait.String(), "stickydrain.io/max-wait": "5m",
-		},
-	}}); err != nil {
-		return err
+	nsAnnotations := map[string]string{
+		"stickydrain.io/url": "http://localhost:8080/sessions", "stickydrain.io/format": "number",
+		"stickydrain.io/interval": PollInterval.String(), "stickydrain.io/min-wait": MinWait.String(), "stickydrain.io/max-wait": "5m",
 	}
 	if e.drainctlDelivery != "" {
-		var ns corev1.Namespace
-		if err := k.Get(ctx, client.ObjectKey{Name: Namespace}, &ns); err != nil {
-			return err
-		}
-		ns.Annotations["stickydrain.io/drainctl"] = e.drainctlDelivery
-		if err := k.Update(ctx, &ns); err != nil {
-			return err
-		}
+		nsAnnotations["stickydrain.io/drainctl"] = e.drainctlDelivery
+	}
+	if err := k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name:        Namespace,
+		Labels:      map[string]string{"stickydrain.io/drain": "enabled"},
+		Annotations: nsAnnotations,
+	}}); err != nil {
+		return err
 	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: Namespace, Annotations: map[string]string{}},

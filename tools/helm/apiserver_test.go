@@ -2,7 +2,6 @@ package helm
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -170,8 +169,5 @@ func TestHelmInstallUpgradeUninstallOnARealAPIServer(t *testing.T) {
 		if exists(o) {
 			t.Errorf("after helm uninstall: %s %s/%s is left", o.GetKind(), o.GetNamespace(), o.GetName())
 		}
-	}
-	if os.Getenv("STICKYDRAIN_KEEP") == "" && t.Failed() {
-		t.Log(c.Logs(30))
 	}
 }

@@ -103,8 +103,8 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.DrainctlImage, "drainctl-image", c.DrainctlImage, "`image` of the init container that installs drainctl into opted-in pods")
 	fs.StringVar(&c.DrainctlImageFrom, "drainctl-image-from-container", c.DrainctlImageFrom, "take the drainctl image from this `container` of the webhook's own pod (POD_NAMESPACE, POD_NAME): the install's init container, so that kustomize images: or Helm values set it in one place, and the node pulls it before the webhook serves; instead of --drainctl-image")
 	fs.Func("drainctl-delivery", "how drainctl reaches a pod whose stickydrain.io/drainctl annotation does not say: `mode` inject (an init container copies it; the default) or image-volume (the drainctl image mounted read-only: Kubernetes 1.35+ on containerd 2.1+ or CRI-O 1.31+)", func(v string) error {
-		if v != DeliveryInject && v != DeliveryImageVolume {
-			return fmt.Errorf("want %s or %s", DeliveryInject, DeliveryImageVolume)
+		if err := checkDelivery(v); err != nil {
+			return err
 		}
 		c.DrainctlDelivery = v
 		return nil
@@ -127,10 +127,19 @@ func (c *Config) Validate() error {
 	case c.DrainctlImage == "" && c.DrainctlImageFrom == "":
 		return errors.New("the drainctl image is required: --drainctl-image=IMAGE (e.g. ghcr.io/stickydrain/drainctl:v0.1.0) or --drainctl-image-from-container=NAME (a container of the webhook's own pod)")
 	}
-	switch c.DrainctlDelivery {
-	case "", DeliveryInject, DeliveryImageVolume:
-	default:
-		return fmt.Errorf("--drainctl-delivery=%s: want %s or %s", c.DrainctlDelivery, DeliveryInject, DeliveryImageVolume)
+	if c.DrainctlDelivery != "" {
+		if err := checkDelivery(c.DrainctlDelivery); err != nil {
+			return fmt.Errorf("--drainctl-delivery=%s: %w", c.DrainctlDelivery, err)
+		}
+	}
+	return nil
+}
+
+// checkDelivery accepts the modes a webhook may make every pod's default
+// (DeliveryImage is a pod's own to say: only its image knows).
+func checkDelivery(v string) error {
+	if v != DeliveryInject && v != DeliveryImageVolume {
+		return fmt.Errorf("want %s or %s", DeliveryInject, DeliveryImageVolume)
 	}
 	return nil
 }

@@ -79,7 +79,9 @@ test: deps test-parts ## Unit, integration and end-to-end tests (-race) on a rea
 	@# The image builder and the chart's tests are modules of their own
 	@# (go-containerregistry; Helm's SDK), out of the main go.mod.
 	cd tools/images && $(GO) test -race -count=1 ./...
-	k8s="$$(test/tools/build.sh)" && cd tools/helm && STICKYDRAIN_K8S_BINS="$$k8s" $(GO) test -race -count=1 ./...
+	k8s="$$(test/tools/build.sh)" && containerd="$$(test/tools/containerd.sh)" && cd tools/helm && \
+	  STICKYDRAIN_K8S_BINS="$$k8s" STICKYDRAIN_CONTAINERD="$$containerd" STICKYDRAIN_IMAGES="$(abspath $(BIN))/test-images" \
+	  $(GO) test -race -count=1 -timeout 20m ./...
 	@# Each part is asked for first: one that fails (an HAProxy version of
 	@# the matrix missing, say) fails the run, never leaves a test to fall
 	@# back on what the machine has. Packages one at a time (-p 1).

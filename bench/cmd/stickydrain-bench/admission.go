@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -135,6 +136,21 @@ func admission(ctx context.Context, dir string, logf func(string, ...any), sz si
 		return "", err
 	}
 	defer w.Stop()
+	// The floor: a webhook on the same stack that allows without a patch,
+	// measured in the same run at the same rates.
+	noopBin, err := bins.Build("github.com/stickydrain/stickydrain/bench/cmd/noop-webhook")
+	if err != nil {
+		return "", err
+	}
+	noopDir := filepath.Join(dir, "noop")
+	if err := os.MkdirAll(noopDir, 0o755); err != nil {
+		return "", err
+	}
+	noop, err := e2e.StartWebhook(ctx, noopBin, kubeconfig, noopDir, e2e.DrainctlImage)
+	if err != nil {
+		return "", fmt.Errorf("the no-op webhook: %w", err)
+	}
+	defer noop.Stop()
 	if err := c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name: benchNS, Labels: map[string]string{"stickydrain.io/drain": "enabled"},
 		Annotations: map[string]string{"stickydrain.io/max-wait": "2h"},
@@ -142,45 +158,16 @@ func admission(ctx context.Context, dir string, logf func(string, ...any), sz si
 		return "", err
 	}
 	base := fmt.Sprintf("https://127.0.0.1:%d", w.Port)
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(w.CA)
-	// As kube-apiserver calls webhooks: HTTP/2 when the server offers it
-	// (it does), so a few long-lived connections carry every review.
-	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 64,
-	}}
-	url := base + "/mutate--v1-pod"
+	noopBase := fmt.Sprintf("https://127.0.0.1:%d", noop.Port)
 	// One body, its UID rewritten per request: the generator's own cost
 	// stays small beside the webhook's on the shared 2 cores.
 	tmpl, err := reviewBody(0)
 	if err != nil {
 		return "", err
 	}
-	var uid atomic.Int64
 	var proto atomic.Value
-	post := func() error {
-		body := bytes.Replace(tmpl, []byte(`"bench-0"`), fmt.Appendf(nil, `"bench-%d"`, uid.Add(1)), 1)
-		resp, err := hc.Post(url, "application/json", bytes.NewReader(body))
-		if err == nil {
-			proto.Store(resp.Proto)
-		}
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return err
-		}
-		var rev admissionv1.AdmissionReview
-		if err := json.Unmarshal(b, &rev); err != nil {
-			return fmt.Errorf("status %d: %w", resp.StatusCode, err)
-		}
-		if rev.Response == nil || !rev.Response.Allowed || len(rev.Response.Patch) == 0 {
-			return fmt.Errorf("not mutated: %s", b)
-		}
-		return nil
-	}
+	post := poster(base+"/mutate--v1-pod", w.CA, tmpl, true, &proto)
+	noopPost := poster(noopBase+"/mutate--v1-pod", noop.CA, tmpl, false, &proto)
 	// The webhook's Namespace cache is warm once one review is answered.
 	deadline := time.Now().Add(30 * time.Second)
 	for err := post(); err != nil; err = post() {
@@ -190,15 +177,22 @@ func admission(ctx context.Context, dir string, logf func(string, ...any), sz si
 		time.Sleep(200 * time.Millisecond)
 	}
 	logf("warming up (%v)", proto.Load())
-	if _, err := openLoop(ctx, post, 200, 3*time.Second); err != nil {
-		return "", err
+	for _, p := range []func() error{post, noopPost} {
+		if _, err := openLoop(ctx, p, 200, 3*time.Second); err != nil {
+			return "", err
+		}
 	}
 
 	t := table{head: []string{"load", "requests", "throughput", "p50", "p99", "p99.9", "max", "errors", "webhook CPU", "webhook RSS (peak)", "CPU stolen by the host", "p99 of each run"}}
 	// run measures f repeats times and reports the run with the median p99
 	// beside every run's p99 and the host's steal: on a shared virtual
 	// machine one run's tail can be another tenant's.
-	run := func(label string, repeats int, f func() (runResult, error)) error {
+	type median struct {
+		d          dist
+		cpuPerReq  time.Duration
+		cpuPercent float64
+	}
+	run := func(label string, repeats, pid int, f func() (runResult, error)) (median, error) {
 		type measured struct {
 			d             dist
 			r             runResult
@@ -208,25 +202,25 @@ func admission(ctx context.Context, dir string, logf func(string, ...any), sz si
 		var runs []measured
 		for k := range repeats {
 			logf("admission: %s (%d of %d)", label, k+1, repeats)
-			before, err := procUsage(w.Pid())
+			before, err := procUsage(pid)
 			if err != nil {
-				return err
+				return median{}, err
 			}
 			s0, err := readCPUStat()
 			if err != nil {
-				return err
+				return median{}, err
 			}
 			r, err := f()
 			if err != nil {
-				return err
+				return median{}, err
 			}
 			s1, err := readCPUStat()
 			if err != nil {
-				return err
+				return median{}, err
 			}
-			after, err := procUsage(w.Pid())
+			after, err := procUsage(pid)
 			if err != nil {
-				return err
+				return median{}, err
 			}
 			runs = append(runs, measured{summarise(r.lat), r, before, after, s1.stealSince(s0)})
 		}
@@ -237,23 +231,44 @@ func admission(ctx context.Context, dir string, logf func(string, ...any), sz si
 		}
 		m := runs[len(runs)/2]
 		d := m.d
+		cpu := m.after.CPU - m.before.CPU
+		pct := 100 * float64(cpu) / float64(m.r.wall)
 		t.add(label, fmt.Sprint(d.N), fmt.Sprintf("%.0f/s", float64(d.N)/m.r.wall.Seconds()), ms(d.P50), ms(d.P99), ms(d.P999), ms(d.Max),
-			fmt.Sprint(m.r.errors), fmt.Sprintf("%.0f %% of a core", 100*float64(m.after.CPU-m.before.CPU)/float64(m.r.wall)),
+			fmt.Sprint(m.r.errors), fmt.Sprintf("%.0f %% of a core", pct),
 			fmt.Sprintf("%s (%s)", mib(m.after.RSS), mib(m.after.HWM)), fmt.Sprintf("%.1f %%", 100*m.steal), strings.Join(each, ", "))
-		return nil
+		return median{d: d, cpuPerReq: cpu / time.Duration(max(d.N, 1)), cpuPercent: pct}, nil
+	}
+	// Ratios to the floor, each from the same run: ours, then the no-op
+	// webhook, at each rate.
+	rt := table{head: []string{"figure", "stickydrain", "floor: no-op webhook", "ratio", "goal"}}
+	ratio := func(ours, floor float64) string {
+		if floor <= 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.2f×", ours/floor)
 	}
 	for _, rate := range []int{100, 500, 1000} {
-		if err := run(fmt.Sprintf("%d/s fixed", rate), 3, func() (runResult, error) {
+		ours, err := run(fmt.Sprintf("%d/s fixed", rate), 3, w.Pid(), func() (runResult, error) {
 			if pprofAddr != "" && rate == 1000 {
 				go profile(pprofAddr, dur, fmt.Sprintf("bench/webhook-cpu-%d.prof", rate))
 			}
 			return openLoop(ctx, post, rate, dur)
-		}); err != nil {
+		})
+		if err != nil {
 			return "", err
 		}
+		floor, err := run(fmt.Sprintf("no-op webhook, %d/s fixed", rate), 3, noop.Pid(), func() (runResult, error) {
+			return openLoop(ctx, noopPost, rate, dur)
+		})
+		if err != nil {
+			return "", err
+		}
+		rt.add(fmt.Sprintf("p50 at %d/s", rate), ms(ours.d.P50), ms(floor.d.P50), ratio(float64(ours.d.P50), float64(floor.d.P50)), "≤ 1.25×")
+		rt.add(fmt.Sprintf("p99 at %d/s", rate), ms(ours.d.P99), ms(floor.d.P99), ratio(float64(ours.d.P99), float64(floor.d.P99)), "≤ 1.25×")
+		rt.add(fmt.Sprintf("CPU per admission at %d/s", rate), us(ours.cpuPerReq), us(floor.cpuPerReq), ratio(float64(ours.cpuPerReq), float64(floor.cpuPerReq)), "≤ 1.25×")
 	}
 	for _, workers := range []int{8, 64} {
-		if err := run(fmt.Sprintf("saturation, %d clients", workers), 1, func() (runResult, error) { return closedLoop(ctx, post, workers, dur) }); err != nil {
+		if _, err := run(fmt.Sprintf("saturation, %d clients", workers), 1, w.Pid(), func() (runResult, error) { return closedLoop(ctx, post, workers, dur) }); err != nil {
 			return "", err
 		}
 	}
@@ -261,45 +276,71 @@ func admission(ctx context.Context, dir string, logf func(string, ...any), sz si
 	// Through the kube-apiserver: pod creates with and without the webhook.
 	logf("admission: pod creates through the API server")
 	pc := table{head: []string{"pod CREATE through kube-apiserver", "pods", "p50", "p99", "max"}}
-	creates := func(label, prefix string) error {
+	creates := func(label, prefix string) (dist, error) {
 		var lat []time.Duration
 		for i := range sz.AdmissionCreates {
 			p := benchPod(fmt.Sprintf("%s-%d", prefix, i))
 			p.ResourceVersion = ""
 			start := time.Now()
 			if err := c.Client.Create(ctx, p); err != nil {
-				return fmt.Errorf("%s: creating pod: %w", label, err)
+				return dist{}, fmt.Errorf("%s: creating pod: %w", label, err)
 			}
 			lat = append(lat, time.Since(start))
-			if i == 0 && label == "with the webhook" && p.Annotations["stickydrain.io/status"] != "injected" {
-				return errors.New("the pod created through the API server was not mutated")
+			if i == 0 && prefix == "with" && p.Annotations["stickydrain.io/status"] != "injected" {
+				return dist{}, errors.New("the pod created through the API server was not mutated")
 			}
 		}
 		d := summarise(lat)
 		pc.add(label, fmt.Sprint(d.N), ms(d.P50), ms(d.P99), ms(d.Max))
-		return nil
+		return d, nil
 	}
-	if err := e2e.InstallWebhookConfigurations(ctx, c, base, w.CA); err != nil {
+	// Each case with the shipped webhook configurations pointed at one
+	// webhook (or none), the API server given 2 s to pick them up.
+	withConfigurations := func(label, prefix, base string, ca []byte) (dist, error) {
+		if err := c.Client.DeleteAllOf(ctx, &admissionregv1.MutatingWebhookConfiguration{}); err != nil {
+			return dist{}, err
+		}
+		if err := c.Client.DeleteAllOf(ctx, &admissionregv1.ValidatingWebhookConfiguration{}); err != nil {
+			return dist{}, err
+		}
+		if base != "" {
+			if err := e2e.InstallWebhookConfigurations(ctx, c, base, ca); err != nil {
+				return dist{}, err
+			}
+		}
+		time.Sleep(2 * time.Second)
+		return creates(label, prefix)
+	}
+	withOurs, err := withConfigurations("with the webhook", "with", base, w.CA)
+	if err != nil {
 		return "", err
 	}
-	time.Sleep(2 * time.Second) // the API server picks up the configurations
-	if err := creates("with the webhook", "with"); err != nil {
+	withNoop, err := withConfigurations("with the no-op webhook", "noop", noopBase, noop.CA)
+	if err != nil {
 		return "", err
 	}
-	if err := c.Client.DeleteAllOf(ctx, &admissionregv1.MutatingWebhookConfiguration{}); err != nil {
+	without, err := withConfigurations("without (no webhook configuration)", "without", "", nil)
+	if err != nil {
 		return "", err
 	}
-	if err := c.Client.DeleteAllOf(ctx, &admissionregv1.ValidatingWebhookConfiguration{}); err != nil {
-		return "", err
-	}
-	time.Sleep(2 * time.Second)
-	if err := creates("without (no webhook configuration)", "without"); err != nil {
-		return "", err
+	for _, q := range []struct {
+		name string
+		get  func(dist) time.Duration
+	}{{"p50", func(d dist) time.Duration { return d.P50 }}, {"p99", func(d dist) time.Duration { return d.P99 }}} {
+		ours, floor := q.get(withOurs)-q.get(without), q.get(withNoop)-q.get(without)
+		rt.add("pod CREATE latency added by the webhook, "+q.name, ms(ours), ms(floor), ratio(float64(ours), float64(floor)), "≤ 1.25×")
 	}
 	_ = c.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(benchNS), client.GracePeriodSeconds(0))
 
 	return fmt.Sprintf(`## Admission
 
+Ratios to the floor, measured in this run: a no-op webhook (bench/cmd/noop-webhook) on the same
+stack — a controller-runtime manager and webhook server, the same TLS and HTTP/2 settings —
+whose handler allows without a patch, at the same rates right after ours; and pod CREATE latency
+through kube-apiserver with the shipped webhook configurations pointed at ours, at the no-op, and
+at none (the added latency is each minus none's).
+
+%s
 The webhook binary (TLS, certificate from certs/, the Namespace read through its cache as its
 shipped ServiceAccount), sent AdmissionReviews over HTTP/2 (as kube-apiserver sends them) of an opted-in pod with 3 containers by a load
 generator in the same 2-core machine (so the generator's CPU is taken from the webhook's). Fixed
@@ -312,7 +353,7 @@ to other guests during that run (/proc/stat steal), which shows up in the tail.
 Goal: p99 under 5 ms at 500 admissions/s.
 
 %s
-`, dur, t.String(), pc.String()), nil
+`, rt.String(), dur, t.String(), pc.String()), nil
 }
 
 type runResult struct {
@@ -411,4 +452,42 @@ func profile(addr string, d time.Duration, file string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	_ = os.WriteFile(file, b, 0o644)
+}
+
+// us writes a duration in microseconds.
+func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
+
+// poster sends one AdmissionReview of tmpl (its UID rewritten per request)
+// to url and checks the answer: allowed, and mutated when mutated is set.
+// proto records the protocol the server answered with.
+func poster(url string, ca, tmpl []byte, mutated bool, proto *atomic.Value) func() error {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	// As kube-apiserver calls webhooks: HTTP/2 when the server offers it,
+	// so a few long-lived connections carry every review.
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 64,
+	}}
+	var uid atomic.Int64
+	return func() error {
+		body := bytes.Replace(tmpl, []byte(`"bench-0"`), fmt.Appendf(nil, `"bench-%d"`, uid.Add(1)), 1)
+		resp, err := hc.Post(url, "application/json", bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		proto.Store(resp.Proto)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		var rev admissionv1.AdmissionReview
+		if err := json.Unmarshal(b, &rev); err != nil {
+			return fmt.Errorf("status %d: %w", resp.StatusCode, err)
+		}
+		if rev.Response == nil || !rev.Response.Allowed || (mutated && len(rev.Response.Patch) == 0) {
+			return fmt.Errorf("not mutated: %s", b)
+		}
+		return nil
+	}
 }

@@ -23,7 +23,8 @@ func TestEveryBenchmarkModeRuns(t *testing.T) {
 	}{
 		{"admission", func(ctx context.Context, dir string) (string, error) {
 			return admission(ctx, dir, t.Logf, smokeSize, "")
-		}, []string{"100/s fixed", "saturation, 64 clients", "with the webhook"}},
+		}, []string{"100/s fixed", "no-op webhook, 100/s fixed", "saturation, 64 clients", "with the webhook", "with the no-op webhook",
+			"| p99 at 500/s |", "| CPU per admission at 1000/s |", "| pod CREATE latency added by the webhook, p99 |"}},
 		{"propagation", func(ctx context.Context, dir string) (string, error) {
 			return propagation(ctx, dir, t.Logf, "", smokeSize)
 		}, []string{"burst: 2 pods deleted at once", "trickle"}},

@@ -33,7 +33,7 @@ func BenchmarkAdmitPod(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	wh := &PodHandler{Decoder: admission.NewDecoder(scheme), Defaulter: &PodDefaulter{
+	wh := &PodHandler{Defaulter: &PodDefaulter{
 		Client: fake.NewClientBuilder().WithScheme(scheme).WithObjects(ns).Build(),
 		Config: inject.Config{DrainctlImage: "ghcr.io/stickydrain/drainctl:v0.1.0"}, Metrics: m,
 	}}

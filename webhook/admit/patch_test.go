@@ -266,3 +266,21 @@ func TestTypedPatchOperations(t *testing.T) {
 		t.Error("two types: no error")
 	}
 }
+
+// The pod is read as the API server's serializer reads it: a field this
+// build does not know is ignored (a newer API server's), a bad document or
+// none is refused, naming what went wrong.
+func TestDecodePod(t *testing.T) {
+	p, err := decodePod([]byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-1","annotations":{"a":"b"}},"spec":{"futureField":true,"containers":[{"name":"app","image":"app:1","ports":[{"containerPort":8080}]}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Name != "web-1" || p.Annotations["a"] != "b" || len(p.Spec.Containers) != 1 || p.Spec.Containers[0].Ports[0].ContainerPort != 8080 {
+		t.Errorf("decoded %+v", p)
+	}
+	for _, raw := range []string{"", `{"metadata":`, `{"spec":{"containers":"app"}}`} {
+		if _, err := decodePod([]byte(raw)); err == nil {
+			t.Errorf("%q: decoded without an error", raw)
+		}
+	}
+}

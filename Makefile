@@ -82,6 +82,9 @@ test: deps test-parts ## Unit, integration and end-to-end tests (-race) on a rea
 	k8s="$$(test/tools/build.sh)" && containerd="$$(test/tools/containerd.sh)" && cd tools/helm && \
 	  STICKYDRAIN_K8S_BINS="$$k8s" STICKYDRAIN_CONTAINERD="$$containerd" STICKYDRAIN_IMAGES="$(abspath $(BIN))/test-images" \
 	  $(GO) test -race -count=1 -timeout 20m ./...
+	@# The Go benchmarks make bench runs, once each (none timed): a broken one
+	@# fails here, not in make bench.
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./webhook/inject ./webhook/admit ./controller/source ./controller/plan ./drainctl/
 	@# Each part is asked for first: one that fails (an HAProxy version of
 	@# the matrix missing, say) fails the run, never leaves a test to fall
 	@# back on what the machine has. Packages one at a time (-p 1).

@@ -39,7 +39,7 @@ func BenchmarkAdmitPod(b *testing.B) {
 	}}
 	pod := &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "shop-7d9c5b8f4-", Namespace: "shop", Labels: map[string]string{"app": "shop"}},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "shop-7d9c5b8f4-", Namespace: "shop", Labels: map[string]string{"app": "shop", inject.OptInLabel: inject.LabelEnabled}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{
 			{Name: "app", Image: "shop:v42", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}},
 			{Name: "envoy", Image: "envoy"},

@@ -14,7 +14,8 @@ declare -A pkg=([curl]=curl [xz]=xz-utils [make]=make [gcc]=gcc [patchelf]=patch
 for c in "${!pkg[@]}"; do
 	command -v "$c" >/dev/null || need+=("${pkg[$c]}")
 done
-declare -A hdr=([openssl/ssl.h]=libssl-dev [pcre2.h]=libpcre2-dev [zlib.h]=zlib1g-dev)
+# Lua: the sample configuration's gate (docs/haproxy.md) is a Lua action.
+declare -A hdr=([openssl/ssl.h]=libssl-dev [pcre2.h]=libpcre2-dev [zlib.h]=zlib1g-dev [lua5.4/lua.h]=liblua5.4-dev)
 for h in "${!hdr[@]}"; do
 	[[ -e /usr/include/$h ]] || need+=("${hdr[$h]}")
 done

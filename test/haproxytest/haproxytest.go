@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -243,9 +244,9 @@ type Options struct {
 	// Bin is the haproxy executable; default: haproxy on PATH.
 	Bin string
 	// Gate holds a new process' requests until it has its servers, as
-	// docs/haproxy.md configures dynamic mode (see gate); slot backends
-	// need no gate. Without a controller marking the process (or the
-	// reload helper), every new connection would wait the gate's second.
+	// docs/haproxy.md configures it (GateFor). Without a controller
+	// marking the process (or the reload helper), every request waits
+	// GateLimit.
 	Gate bool
 	// RuntimeTCP, when set (host:port), adds a Runtime API socket on TCP
 	// there, for a controller that cannot reach the unix socket (one in a
@@ -264,29 +265,34 @@ type RuntimeTLS struct {
 	CA      string // the CA client certificates must chain to
 }
 
-// gate is the frontend's hold on a new process with dynamic servers, as
-// docs/haproxy.md gives it: a new connection's first request waits (up to
-// 1 s) until the process holds its servers again — the key "replayed"
-// (the reload helper) or "filled" (the controller) in the ready map.
-// Slot backends need none: a new worker loads them from the state file
-// before it serves.
-func gate(on bool, readyMap string, backends []Backend) string {
-	for _, be := range backends {
-		if on && be.Dynamic {
-			return Gate(readyMap)
-		}
+// GateLimit is how long the gate holds a request, in milliseconds, before
+// it lets it through unfilled (the number the sample passes the action).
+const GateLimit = 5000
+
+// Gate is the gate of docs/haproxy.md on readyMap: a new process — a
+// restart, a crash, a reload's new worker — holds each request until the
+// ready map has "filled" (the controller) or "replayed" (the reload
+// helper), looking every 10 ms, up to GateLimit. Global goes in the global
+// section, Frontend in each user frontend, indented as there; both name
+// the script at script (the sample's stickydrain-gate.lua, GateScript).
+type Gate struct{ Global, Frontend string }
+
+// GateFor is the gate's lines for readyMap and the script at script.
+func GateFor(readyMap, script string) Gate {
+	return Gate{
+		Global: fmt.Sprintf(`    setenv STICKYDRAIN_READY_MAP %s
+    lua-load %s
+`, readyMap, script),
+		Frontend: fmt.Sprintf(`    http-request lua.stickydrain_gate %[2]d if !{ str(filled),map(%[1]s) -m found } !{ str(replayed),map(%[1]s) -m found }
+`, readyMap, GateLimit),
 	}
-	return ""
 }
 
-// Gate is the frontend lines of the gate on readyMap, indented as in a
-// frontend section.
-func Gate(readyMap string) string {
-	return fmt.Sprintf(`    tcp-request inspect-delay 1s
-    tcp-request content accept if { str(replayed),map(%[1]s) -m found }
-    tcp-request content accept if { str(filled),map(%[1]s) -m found }
-    tcp-request content accept if WAIT_END
-`, readyMap)
+// GateScript is the gate's Lua script in this checkout
+// (manifests/samples/haproxy/stickydrain-gate.lua).
+func GateScript() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "manifests", "samples", "haproxy", "stickydrain-gate.lua")
 }
 
 // RunWith is Run with every option.
@@ -327,10 +333,14 @@ func RunWith(o Options, backends ...Backend) (*HAProxy, error) {
 			tcpSocket = "" // the listen section below, in front of the unix socket
 		}
 	}
+	var gate Gate
+	if o.Gate {
+		gate = GateFor(h.ReadyMap, GateScript())
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `global
     stats socket %s level admin
-%s`, h.Socket, tcpSocket)
+%s%s`, h.Socket, tcpSocket, gate.Global)
 	fmt.Fprintf(&b, `    stats timeout 30s
     server-state-file %s
 defaults
@@ -350,7 +360,7 @@ frontend ready
     http-request set-var(txn.age) date(0,ms),sub(txn.filled)
     http-request return status 200 content-type text/plain string filled if { var(txn.filled) -m int gt 0 } { var(txn.age) -m int le 2000 }
     http-request return status 503 content-type text/plain string "not filled yet, or no controller for 2 s"
-`, h.StateFile, h.Port, gate(o.Gate, h.ReadyMap, backends), backends[0].Name, h.ReadyPort, h.ReadyMap)
+`, h.StateFile, h.Port, gate.Frontend, backends[0].Name, h.ReadyPort, h.ReadyMap)
 	for _, be := range backends {
 		if be.Dynamic {
 			// No servers: the controller adds them (`add server … cookie`).
@@ -439,6 +449,15 @@ func (h *HAProxy) start() error {
 func (h *HAProxy) Restart() error {
 	h.Stop()
 	_ = os.Remove(h.StateFile)
+	return h.start()
+}
+
+// RestartKeepingState is Restart with the server-state-file left where it
+// is: a crash restart of a pod whose state directory (an emptyDir)
+// outlives the container, so the new process loads the last saved state,
+// however old.
+func (h *HAProxy) RestartKeepingState() error {
+	h.Stop()
 	return h.start()
 }
 

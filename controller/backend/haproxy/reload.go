@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,7 +84,9 @@ func firstLine(s string) string {
 // tcp://host:port, haproxy -W -S), then waits until a new worker answers
 // on the Runtime API. The old worker finishes its open connections; the
 // new one starts from the configuration and stateFile, so every slot keeps
-// its address and drain. Dynamic servers (mode dynamic) are not in the
+// its address and drain; Reload then removes stateFile, which is stale
+// from that moment: a process that crashes and starts again later finds
+// no old addresses to route by. Dynamic servers (mode dynamic) are not in the
 // configuration, so the new worker starts without them: Reload adds back
 // every one the old worker had, with its cookie and state, the moment the
 // new worker answers (see ReplayDynamic), then sets the key "replayed" in
@@ -123,6 +126,12 @@ func (h *Instance) Reload(ctx context.Context, master, stateFile string) error {
 	for {
 		after, err := h.Identity(ctx)
 		if err == nil && after != before {
+			// The new worker has read the file: it is stale from now on,
+			// and a process that crashes and starts again must not route
+			// by it (the gate holds that one until the controller fills it).
+			if err := os.Remove(stateFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("reload: the new worker runs, but the used server-state-file must go (a restart would route by it): %w", err)
+			}
 			if err := h.ReplayDynamic(ctx, state); err != nil {
 				return fmt.Errorf("reload: the new worker runs, but %w", err)
 			}

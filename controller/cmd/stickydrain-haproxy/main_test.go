@@ -57,6 +57,7 @@ func TestTheSystemdDropInReloadsKeepingTheDrain(t *testing.T) {
 		"unix:///run/haproxy/admin.sock", h.Address(),
 		"unix:///run/haproxy-master.sock", h.MasterAddress(),
 		"/var/lib/haproxy/server-state", h.StateFile,
+		"/etc/haproxy/stickydrain-ready.map", h.ReadyMap,
 	).Replace(line))
 	ctx := context.Background()
 	inst, err := haproxy.New(h.Address(), 2*time.Second)

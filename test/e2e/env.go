@@ -93,6 +93,7 @@ type Env struct {
 	appImage, drainctlImage string
 	installed               bool   // Options.Install
 	drainctlDelivery        string // Options.DrainctlDelivery
+	probesOnly              bool   // Options.FrontProbesOnly
 }
 
 // Options configure Start.
@@ -127,6 +128,12 @@ type Options struct {
 	// into the pods (the real node's containerd 2.x supports it; podhost
 	// does not).
 	DrainctlDelivery string
+	// FrontProbesOnly makes the front check its targets every second and
+	// learn of a killed HAProxy from those checks alone, as a Service or a
+	// cloud load balancer does; otherwise it checks every 100 ms and is
+	// told at the kill (as the kubelet turns a pod NotReady when its
+	// container exits).
+	FrontProbesOnly bool
 	// RealNodeLock (with Node) is the machine's real-node lock, taken by
 	// the caller before its clock started (cluster.LockRealNode); Start
 	// waits for it otherwise.
@@ -183,6 +190,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	var imgs map[string]node.Image
 	env.installed = opts.Install
 	env.drainctlDelivery = opts.DrainctlDelivery
+	env.probesOnly = opts.FrontProbesOnly
 	if opts.Node {
 		names := []string{"pause", "sessionapp", "drainctl"}
 		if opts.Install {
@@ -240,7 +248,11 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 			return env, err
 		}
 	}
-	env.Front, err = tcpfront.Start(env.frontTargets(), 100*time.Millisecond)
+	every := 100 * time.Millisecond
+	if opts.FrontProbesOnly {
+		every = time.Second
+	}
+	env.Front, err = tcpfront.Start(env.frontTargets(), every)
 	if err != nil {
 		return env, err
 	}

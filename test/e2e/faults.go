@@ -65,17 +65,24 @@ func (e *Env) ReloadHAProxy(ctx context.Context, i int) error {
 }
 
 // RestartHAProxy kills instance i (SIGKILL to the master and its workers,
-// as a crash) and starts it again with nothing saved, as the kubelet
-// restarts a container: the front takes it out of rotation when it dies
-// (the pod turns NotReady), and it must take no traffic until the
-// controller has filled it.
+// as a crash) and starts it again at once with its state directory as it
+// was (the last state the reload helper saved, if it left one), as the
+// kubelet restarts a container. The front is told at the kill (the pod
+// turns NotReady), or with FrontProbesOnly learns from its checks alone
+// and keeps sending the new process users until its next check: those
+// must be held by the gate until the controller has filled it, and served.
 func (e *Env) RestartHAProxy(i int) error {
 	h := e.haproxies()[i]
 	done := e.noteKill()
 	h.Kill()
-	e.Front.MarkDown(fmt.Sprintf("127.0.0.1:%d", h.Port))
+	if !e.probesOnly {
+		e.Front.MarkDown(fmt.Sprintf("127.0.0.1:%d", h.Port))
+	}
+	// Requests in flight through the killed process failed with it; a
+	// connection sent to it from now on is refused (and tried on the next
+	// instance by the front) or reaches the new process, where none may fail.
 	done()
-	return h.Start()
+	return h.RestartKeepingState()
 }
 
 // killWindow is from a kill of a process in the users' path until the

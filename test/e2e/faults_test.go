@@ -24,16 +24,24 @@ func TestRolloutSurvivesHAProxyReloadsAndACrash(t *testing.T) {
 	// mode; the newest in dynamic mode too, where each reload's new worker
 	// starts without the servers and its gate holds what reaches it until
 	// the helper has added them back.
+	//
+	// The front is told of the kill on the newest in slot mode; elsewhere it
+	// checks every second and learns from its checks alone (known-findings:
+	// a restarted 2.6 answered 503 to what such a front still sent it).
 	vs := haproxytest.Versions(t)
-	fls := []haproxytest.Flavour{{Version: vs[0]}}
+	runs := []Options{{HAProxy: haproxytest.Flavour{Version: vs[0]}, FrontProbesOnly: true}}
 	if newest := vs[len(vs)-1]; len(vs) > 1 {
-		fls = append(fls, haproxytest.Flavour{Version: newest})
+		runs = append(runs, Options{HAProxy: haproxytest.Flavour{Version: newest}})
 		if newest.AtLeast(3, 0) {
-			fls = append(fls, haproxytest.Flavour{Version: newest, Dynamic: true})
+			runs = append(runs, Options{HAProxy: haproxytest.Flavour{Version: newest, Dynamic: true}, FrontProbesOnly: true})
 		}
 	}
-	for _, fl := range fls {
-		t.Run(fl.Name(), func(t *testing.T) { reloadsAndACrash(t, Options{HAProxy: fl}) })
+	for _, o := range runs {
+		name := o.HAProxy.Name()
+		if o.FrontProbesOnly {
+			name += "-probes-only"
+		}
+		t.Run(name, func(t *testing.T) { reloadsAndACrash(t, o) })
 	}
 }
 
@@ -67,7 +75,13 @@ func reloadsAndACrash(t *testing.T, opts Options) {
 		t.Logf("the restarted instance was filled before the first sample; the gate was not observed closed this run")
 	}
 	waitUntil(t, ctx, "the restarted instance back in rotation", func() bool { return env.InstanceReady(1) })
-	t.Logf("restarted instance back in rotation %v after the kill", time.Since(killed).Round(time.Millisecond))
+	if opts.FrontProbesOnly {
+		// The front may never have seen it down: what it sent meanwhile
+		// went to the new process, held by its gate until filled.
+		t.Logf("restarted instance filled and ready %v after the kill (the front, checking every second, may not have noticed it)", time.Since(killed).Round(time.Millisecond))
+	} else {
+		t.Logf("restarted instance back in rotation %v after the kill", time.Since(killed).Round(time.Millisecond))
+	}
 	if back := time.Since(killed); back > 5*time.Second {
 		t.Errorf("the restarted instance took %v to be filled and marked; want a few seconds (probe every 1s)", back)
 	}

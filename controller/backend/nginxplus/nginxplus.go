@@ -1,7 +1,7 @@
 // Package nginxplus drives NGINX Plus through its API with
 // github.com/nginx/nginx-plus-go-client, server by server: POST to add,
 // PATCH drain=true to drain, PATCH down to take down, DELETE to remove,
-// each by the ID found from ip:port. It never calls UpdateHTTPServers,
+// each by the ID read for ip:port just before the write. It never calls UpdateHTTPServers,
 // which rewrites the whole list and deletes what it was not given, and a
 // PATCH never carries the address: an ID read before a reload may name
 // another server after it, and the PATCH's answer tells which.
@@ -53,16 +53,13 @@ type Instance struct {
 	// version is the API version negotiated with c; patch speaks it too.
 	version int
 	stream  map[string]bool // upstream → is a stream upstream
-	// ids are the server IDs the last Servers read, so that a drain in the
-	// same pass is one PATCH, not a list and a PATCH.
-	ids     map[string]map[string]int // upstream → server → ID
 	gen     uint64
 	loaded  string
 	restart int
 	// checked is when /nginx was last read. Its generation tells a reload
 	// or restart apart for the logs; repairs need no such signal (every
 	// pass reads the servers), so it is read at most every checkEvery, not
-	// on every pass, which keeps a drain to two API calls.
+	// on every pass, which keeps a drain to three API calls.
 	checked    time.Time
 	checkEvery time.Duration
 }
@@ -136,7 +133,6 @@ func New(addr string, lb config.LoadBalancer) (*Instance, error) {
 		http:   &http.Client{Timeout: lb.Timeout.Duration, Transport: headerTransport{tr, hdr}},
 		pinned: o.APIVersion,
 		stream: map[string]bool{},
-		ids:    map[string]map[string]int{},
 
 		checkEvery: restartCheckEvery,
 	}, nil
@@ -339,16 +335,13 @@ func (n *Instance) Servers(ctx context.Context, upstream string) (map[netip.Addr
 	if err != nil {
 		return nil, fmt.Errorf("nginx-plus %s: %w", n.id, err)
 	}
-	ids := make(map[string]int, len(servers))
 	for _, s := range servers {
 		if a, ok := parse(s.Server); ok {
 			out[a] = state(s.Drain, ptr.Deref(s.Down, false))
 		}
-		ids[s.Server] = s.ID
 	}
 	n.mu.Lock()
 	n.stream[upstream] = false
-	n.ids[upstream] = ids
 	n.mu.Unlock()
 	return out, nil
 }
@@ -390,6 +383,9 @@ func (n *Instance) Normalize(upstream string, desired map[netip.AddrPort]plan.St
 }
 
 // Apply makes the changes one server at a time, going on after failures.
+// Servers are found by address: the IDs are read once per Apply, right
+// before its first write, never taken from an earlier read (a reload
+// renumbers them), and read again whenever an answer shows they moved.
 func (n *Instance) Apply(ctx context.Context, upstream string, changes []plan.Change) []error {
 	errs := make([]error, len(changes))
 	if len(changes) == 0 {
@@ -405,11 +401,12 @@ func (n *Instance) Apply(ctx context.Context, upstream string, changes []plan.Ch
 	n.mu.Lock()
 	stream := n.stream[upstream]
 	n.mu.Unlock()
+	ids := &serverIDs{n: n, c: c, upstream: upstream}
 	for i, ch := range changes {
 		if stream {
 			errs[i] = n.applyStream(ctx, c, upstream, ch)
 		} else {
-			errs[i] = n.applyHTTP(ctx, c, upstream, ch)
+			errs[i] = n.applyHTTP(ctx, c, ids, ch)
 		}
 		if errs[i] != nil {
 			errs[i] = fmt.Errorf("nginx-plus %s: %s %s %s: %w", n.id, ch.Op, upstream, ch.Addr, errs[i])
@@ -417,6 +414,39 @@ func (n *Instance) Apply(ctx context.Context, upstream string, changes []plan.Ch
 	}
 	return errs
 }
+
+// serverIDs are an http upstream's servers by address, read at most once
+// per Apply until an answer shows they moved.
+type serverIDs struct {
+	n        *Instance
+	c        *client.NginxClient
+	upstream string
+	read     map[string]client.UpstreamServer // address → server, nil until read
+}
+
+// find is the server at address, reading the upstream if it was not read
+// since the last change of IDs.
+func (s *serverIDs) find(ctx context.Context, server string) (client.UpstreamServer, error) {
+	if s.read == nil {
+		servers, err := s.c.GetHTTPServers(ctx, s.upstream)
+		if err != nil {
+			return client.UpstreamServer{}, err
+		}
+		s.read = make(map[string]client.UpstreamServer, len(servers))
+		for _, srv := range servers {
+			s.read[srv.Server] = srv
+		}
+	}
+	for addr, srv := range s.read {
+		if names(addr, server) {
+			return srv, nil
+		}
+	}
+	return client.UpstreamServer{}, client.ErrServerNotFound
+}
+
+// stale drops what was read: the next find reads again.
+func (s *serverIDs) stale() { s.read = nil }
 
 // names reports whether a PATCH's answered address is server. An answer
 // without one (NGINX Plus documents the server object as the answer) is
@@ -428,13 +458,6 @@ func names(answered, server string) bool {
 	a, aok := parse(answered)
 	s, sok := parse(server)
 	return aok && sok && a == s
-}
-
-// forget drops the IDs read for upstream.
-func (n *Instance) forget(upstream string) {
-	n.mu.Lock()
-	delete(n.ids, upstream)
-	n.mu.Unlock()
 }
 
 // describe writes fields as drain=true down=false, in a fixed order.
@@ -451,52 +474,30 @@ func describe(fields map[string]bool) string {
 	return strings.Join(parts, " ")
 }
 
-func (n *Instance) httpID(ctx context.Context, c *client.NginxClient, upstream, server string) (int, error) {
-	servers, err := c.GetHTTPServers(ctx, upstream)
-	if err != nil {
-		return 0, err
-	}
-	for _, s := range servers {
-		if s.Server == server {
-			return s.ID, nil
-		}
-	}
-	return 0, client.ErrServerNotFound
-}
-
-func (n *Instance) applyHTTP(ctx context.Context, c *client.NginxClient, upstream string, ch plan.Change) error {
-	server := ch.Addr.String()
+func (n *Instance) applyHTTP(ctx context.Context, c *client.NginxClient, ids *serverIDs, ch plan.Change) error {
+	upstream, server := ids.upstream, ch.Addr.String()
 	set := func(fields map[string]bool) error {
-		n.mu.Lock()
-		old, cached := n.ids[upstream][server]
-		n.mu.Unlock()
-		reused := ""
-		if cached {
-			got, err := n.patch(ctx, "http", upstream, old, fields)
-			switch {
-			case err == nil && names(got, server):
-				return nil
-			case err == nil:
-				reused = got // a reload renumbered the servers
-				n.forget(upstream)
-			case errCode(err) != "UpstreamServerNotFound":
-				return err
-			}
-			// The ID went stale (a reload, another writer): look it up.
-		}
-		id, err := n.httpID(ctx, c, upstream, server)
+		srv, err := ids.find(ctx, server)
 		if err != nil {
 			return err
 		}
-		got, err := n.patch(ctx, "http", upstream, id, fields)
+		got, err := n.patch(ctx, "http", upstream, srv.ID, fields)
+		switch {
+		case errCode(err) == "UpstreamServerNotFound":
+			// The ID went away since the read (a reload, another
+			// writer): read again, once.
+			ids.stale()
+			if srv, err = ids.find(ctx, server); err != nil {
+				return err
+			}
+			got, err = n.patch(ctx, "http", upstream, srv.ID, fields)
+		}
 		switch {
 		case err != nil:
 			return err
 		case !names(got, server):
-			n.forget(upstream)
-			return fmt.Errorf("server ID %d, just read as %s's, names %s: the upstream changed under this pass; %s was set %s by mistake and the next pass puts it back", id, server, got, got, describe(fields))
-		case reused != "":
-			return fmt.Errorf("server ID %d, read as %s's, named %s after a reload renumbered the servers: %s was set %s by mistake (the next pass puts it back), then %s was set", old, server, reused, reused, describe(fields), server)
+			ids.stale()
+			return fmt.Errorf("server ID %d, read as %s's just before, names %s: a reload renumbered the servers in between; %s was set %s by mistake and the pass runs again to put it back", srv.ID, server, got, got, describe(fields))
 		}
 		return nil
 	}
@@ -505,6 +506,7 @@ func (n *Instance) applyHTTP(ctx context.Context, c *client.NginxClient, upstrea
 		if err := c.AddHTTPServer(ctx, upstream, client.UpstreamServer{Server: server, Down: ptr.To(ch.State == plan.Down)}); err != nil {
 			return err
 		}
+		ids.stale() // a new ID
 		if ch.State == plan.Draining {
 			return set(map[string]bool{"drain": true})
 		}
@@ -517,21 +519,124 @@ func (n *Instance) applyHTTP(ctx context.Context, c *client.NginxClient, upstrea
 			return set(map[string]bool{"down": true})
 		case ch.From == plan.Draining:
 			// drain=false cannot be sent: delete and add again.
-			if err := c.DeleteHTTPServer(ctx, upstream, server); err != nil {
+			if err := n.remove(ctx, ids, server); err != nil {
 				return err
 			}
-			return c.AddHTTPServer(ctx, upstream, client.UpstreamServer{Server: server})
+			err := c.AddHTTPServer(ctx, upstream, client.UpstreamServer{Server: server})
+			ids.stale()
+			return err
 		default:
 			return set(map[string]bool{"down": false})
 		}
 	case plan.OpRemove:
-		err := c.DeleteHTTPServer(ctx, upstream, server)
+		err := n.remove(ctx, ids, server)
 		if errors.Is(err, client.ErrServerNotFound) {
 			return nil
 		}
 		return err
 	}
 	return nil
+}
+
+// remove deletes the server at address by the ID read just before, and
+// checks the answer (the servers left): if the ID named another server (a
+// reload renumbered them in between), that one is added back at once as
+// it was, and the mistake is reported.
+func (n *Instance) remove(ctx context.Context, ids *serverIDs, server string) error {
+	srv, err := ids.find(ctx, server)
+	if err != nil {
+		return err
+	}
+	before := ids.read
+	ids.stale()
+	left, err := n.deleteByID(ctx, ids.upstream, srv.ID)
+	if errCode(err) == "UpstreamServerNotFound" {
+		if srv, err = ids.find(ctx, server); err != nil {
+			return err
+		}
+		before = ids.read
+		ids.stale()
+		left, err = n.deleteByID(ctx, ids.upstream, srv.ID)
+	}
+	if err != nil {
+		return err
+	}
+	still, gone := false, []client.UpstreamServer{}
+	remaining := map[string]bool{}
+	for _, l := range left {
+		remaining[l.Server] = true
+		if names(l.Server, server) {
+			still = true
+		}
+	}
+	for addr, b := range before {
+		if !remaining[addr] && !names(addr, server) {
+			gone = append(gone, b)
+		}
+	}
+	if !still {
+		return nil
+	}
+	var errs []error
+	for _, g := range gone {
+		// Put it back as it was; a drain comes back as a drain.
+		if err := ids.c.AddHTTPServer(ctx, ids.upstream, client.UpstreamServer{Server: g.Server, Down: g.Down}); err != nil {
+			errs = append(errs, fmt.Errorf("adding %s back: %w", g.Server, err))
+			continue
+		}
+		if g.Drain {
+			added, err := ids.find(ctx, g.Server)
+			if err == nil {
+				_, err = n.patch(ctx, "http", ids.upstream, added.ID, map[string]bool{"drain": true})
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("draining %s again: %w", g.Server, err))
+			}
+			ids.stale()
+		}
+	}
+	addrs := make([]string, len(gone))
+	for i, g := range gone {
+		addrs[i] = g.Server
+	}
+	return fmt.Errorf("server ID %d, read as %s's just before, named another server when deleted (a reload renumbered them in between): %v deleted by mistake and added back, %s still there; the pass runs again: %w", srv.ID, server, addrs, server, errors.Join(errs...))
+}
+
+// deleteByID deletes the server with id and returns the servers left, as
+// NGINX Plus answers a DELETE.
+func (n *Instance) deleteByID(ctx context.Context, upstream string, id int) ([]client.UpstreamServer, error) {
+	n.mu.Lock()
+	v := n.version
+	n.mu.Unlock()
+	u := fmt.Sprintf("%s/%d/http/upstreams/%s/servers/%d", n.id, v, url.PathEscape(upstream), id)
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := n.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return nil, fmt.Errorf("DELETE %s: reading the answer: %w", u, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var answer struct {
+			Error struct {
+				Text string `json:"text"`
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(body, &answer)
+		return nil, &apiError{Status: resp.StatusCode, Code: answer.Error.Code, Text: answer.Error.Text}
+	}
+	var left []client.UpstreamServer
+	if err := json.Unmarshal(body, &left); err != nil {
+		return nil, fmt.Errorf("DELETE %s: reading the answer: %w", u, err)
+	}
+	return left, nil
 }
 
 func (n *Instance) applyStream(ctx context.Context, c *client.NginxClient, upstream string, ch plan.Change) error {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,9 +90,10 @@ func TestHTTPUpstreamLifecycle(t *testing.T) {
 	}
 }
 
-// A pass reads the servers (and /nginx, at most every 5 s); its drain is
-// then one PATCH by the ID that read returned: 2 API calls.
-func TestADrainIsOnePATCHAfterTheRead(t *testing.T) {
+// A pass reads the servers (and /nginx, at most every 5 s); its drain then
+// reads the IDs again, by address, and sends one PATCH: 3 API calls. The
+// second read is the price of never patching by an ID a reload moved.
+func TestADrainIsAReadByAddressAndOnePATCH(t *testing.T) {
 	e, url := emulator(t, nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop"}}}, nil)
 	n, _ := New(url, lb(nil))
 	converge(t, n, "shop", map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active})
@@ -106,8 +108,8 @@ func TestADrainIsOnePATCHAfterTheRead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if calls := e.Requests() - before; calls != 2 {
-		t.Errorf("a drain took %d API calls, want 2 (GET servers, PATCH; /nginx was read by the pass before)", calls)
+	if calls := e.Requests() - before; calls != 3 {
+		t.Errorf("a drain took %d API calls, want 3 (the pass's GET servers, the write's GET servers, PATCH; /nginx was read by the pass before)", calls)
 	}
 	if s := e.Servers(false, "shop"); !s[0].Drain {
 		t.Errorf("emulator holds %+v, want drain: true", s[0])
@@ -141,16 +143,15 @@ func TestADrainSurvivesAStaleID(t *testing.T) {
 
 // A reload renumbers the servers (NGINX Plus reads its state file again
 // from ID 0), so an ID read before it may name another server after it.
-// A PATCH by that ID must never move that server to this address: the
-// drain lands on the right server, the other keeps its address, and the
-// pass says what happened (so it runs again and puts the other back).
-func TestADrainNeverRewritesAServerWhoseIDWasReused(t *testing.T) {
+// Servers are found by address at the write, never by an ID from the
+// pass's read: a reload between the pass's read and its write changes
+// nothing, the drain lands on b and c is never touched.
+func TestADrainFindsTheServerByAddressAfterARenumbering(t *testing.T) {
 	e, url := emulator(t, nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop", State: true}}}, nil)
 	n, _ := New(url, lb(nil))
 	other, _ := New(url, lb(nil))
 	c := netip.MustParseAddrPort("198.18.0.3:8080")
-	all := map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active, c: plan.Active}
-	converge(t, n, "shop", all)
+	converge(t, n, "shop", map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active, c: plan.Active})
 	ctx := context.Background()
 	cur, err := n.Servers(ctx, "shop") // IDs a 0, b 1, c 2
 	if err != nil {
@@ -158,33 +159,113 @@ func TestADrainNeverRewritesAServerWhoseIDWasReused(t *testing.T) {
 	}
 	converge(t, other, "shop", map[netip.AddrPort]plan.State{b: plan.Active, c: plan.Active})
 	e.Reload() // b 0, c 1: ID 1, read as b's, is now c's
-	errs := n.Apply(ctx, "shop", plan.Calculate(cur, map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Draining, c: plan.Active}))
-	if len(errs) != 1 || errs[0] == nil || !strings.Contains(errs[0].Error(), c.String()) {
-		t.Errorf("the drain of b after a renumbering returned %v; want an error naming %s, the server its old ID now names", errs, c)
-	}
-	got := map[string]nginxplus.Server{}
-	for _, s := range e.Servers(false, "shop") {
-		if _, dup := got[s.Server]; dup {
-			t.Errorf("two servers at %s: %+v", s.Server, e.Servers(false, "shop"))
-		}
-		got[s.Server] = s
-	}
-	if s, ok := got[b.String()]; !ok || !s.Drain {
-		t.Errorf("b is %+v (present %v), want draining", s, ok)
-	}
-	if _, ok := got[c.String()]; !ok {
-		t.Fatalf("c is gone: the PATCH by a reused ID moved it to b's address (%+v)", e.Servers(false, "shop"))
-	}
-	// The next pass puts c back as it was.
-	converge(t, n, "shop", map[netip.AddrPort]plan.State{b: plan.Draining, c: plan.Active})
-	if s := e.Servers(false, "shop"); len(s) != 2 {
-		t.Errorf("after the next pass: %+v", s)
-	}
-	for _, s := range e.Servers(false, "shop") {
-		if s.Server == c.String() && (s.Drain || s.Down) {
-			t.Errorf("c after the next pass: %+v, want active", s)
+	for _, err := range n.Apply(ctx, "shop", plan.Calculate(cur, map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Draining, c: plan.Active})) {
+		if err != nil {
+			t.Errorf("the drain of b after a renumbering: %v", err)
 		}
 	}
+	for _, s := range e.Servers(false, "shop") {
+		switch s.Server {
+		case b.String():
+			if !s.Drain {
+				t.Errorf("b is %+v, want draining", s)
+			}
+		case c.String():
+			if s.Drain || s.Down {
+				t.Errorf("c is %+v: the drain of b landed on it", s)
+			}
+		}
+	}
+}
+
+// reloadBeforeNextWrite wraps the emulator's API so that a reload happens
+// just before the next PATCH or DELETE is served: the one instant where an
+// ID read by address can still name another server.
+type reloadBeforeNextWrite struct {
+	e     *nginxplus.Emulator
+	armed bool
+	mu    sync.Mutex
+}
+
+func (r *reloadBeforeNextWrite) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		fire := r.armed && (req.Method == http.MethodPatch || req.Method == http.MethodDelete)
+		if fire {
+			r.armed = false
+		}
+		r.mu.Unlock()
+		if fire {
+			r.e.Reload()
+		}
+		h.ServeHTTP(w, req)
+	})
+}
+
+func (r *reloadBeforeNextWrite) arm() { r.mu.Lock(); r.armed = true; r.mu.Unlock() }
+
+// A reload between the write's own read and the write: a PATCH never
+// carries the address, so c is never moved onto b's; the answer names c,
+// the pass reports it, and the next pass puts c back. A DELETE by the
+// moved ID deletes c: it is added back at once, as it was (draining), and
+// reported; b goes at the next pass.
+func TestAWriteRacingARenumberingIsRepaired(t *testing.T) {
+	c := netip.MustParseAddrPort("198.18.0.3:8080")
+	ctx := context.Background()
+	// start: a 0, b 1, c 2 (c in state cState); a deleted by another
+	// writer (b 1, c 2); the next write is preceded by a reload (b 0, c 1).
+	start := func(t *testing.T, cState plan.State) (*nginxplus.Emulator, *Instance, *reloadBeforeNextWrite) {
+		rl := &reloadBeforeNextWrite{}
+		e, url := emulator(t, nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop", State: true}}}, rl.wrap)
+		rl.e = e
+		n, _ := New(url, lb(nil))
+		other, _ := New(url, lb(nil))
+		converge(t, n, "shop", map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active, c: cState})
+		converge(t, other, "shop", map[netip.AddrPort]plan.State{b: plan.Active, c: cState})
+		rl.arm()
+		return e, n, rl
+	}
+	find := func(e *nginxplus.Emulator, addr netip.AddrPort) (nginxplus.Server, bool) {
+		for _, s := range e.Servers(false, "shop") {
+			if s.Server == addr.String() {
+				return s, true
+			}
+		}
+		return nginxplus.Server{}, false
+	}
+	t.Run("patch", func(t *testing.T) {
+		e, n, _ := start(t, plan.Active)
+		cur, err := n.Servers(ctx, "shop")
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := n.Apply(ctx, "shop", plan.Calculate(cur, map[netip.AddrPort]plan.State{b: plan.Draining, c: plan.Active}))
+		if len(errs) != 1 || errs[0] == nil || !strings.Contains(errs[0].Error(), c.String()) {
+			t.Errorf("a drain of b racing a renumbering returned %v; want an error naming %s, the server the ID named", errs, c)
+		}
+		if _, ok := find(e, c); !ok {
+			t.Fatalf("c is gone: the PATCH moved it to b's address (%+v)", e.Servers(false, "shop"))
+		}
+		if len(e.Servers(false, "shop")) != 2 {
+			t.Errorf("servers after the race: %+v, want b and c", e.Servers(false, "shop"))
+		}
+		converge(t, n, "shop", map[netip.AddrPort]plan.State{b: plan.Draining, c: plan.Active})
+	})
+	t.Run("delete", func(t *testing.T) {
+		e, n, _ := start(t, plan.Draining)
+		cur, err := n.Servers(ctx, "shop")
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := n.Apply(ctx, "shop", plan.Calculate(cur, map[netip.AddrPort]plan.State{c: plan.Draining}))
+		if len(errs) != 1 || errs[0] == nil || !strings.Contains(errs[0].Error(), c.String()) {
+			t.Errorf("a removal of b racing a renumbering returned %v; want an error naming %s, the server deleted by mistake", errs, c)
+		}
+		if s, ok := find(e, c); !ok || !s.Drain {
+			t.Errorf("c after the race: %+v (present %v); want it added back, draining", s, ok)
+		}
+		converge(t, n, "shop", map[netip.AddrPort]plan.State{c: plan.Draining})
+	})
 }
 
 func TestStreamUpstreamsMarkDrainsDown(t *testing.T) {

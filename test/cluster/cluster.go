@@ -318,7 +318,7 @@ func (c *Cluster) startControllerManager(ctx context.Context, binDir string, con
 	// killed with us if we die before Stop.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	c.logf("starting kube-controller-manager (%s)", strings.Join(controllers, ","))
-	if err := cmd.Start(); err != nil {
+	if err := proc.StartCmd(cmd); err != nil {
 		logFile.Close()
 		return fmt.Errorf("starting kube-controller-manager: %w", err)
 	}
@@ -364,7 +364,7 @@ func (c *Cluster) startScheduler(binDir string) error {
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	c.logf("starting kube-scheduler")
-	if err := cmd.Start(); err != nil {
+	if err := proc.StartCmd(cmd); err != nil {
 		logFile.Close()
 		return fmt.Errorf("starting kube-scheduler: %w", err)
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	testproc "github.com/stickydrain/stickydrain/test/proc"
 )
 
 // mount is one bind mount into a container's mount namespace.
@@ -54,7 +56,7 @@ func startContainer(netns string, mounts []mount, env []string, workdir string, 
 	cmd.Stdout, cmd.Stderr = out, out
 	// Killed with the pod host, never left running.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := testproc.StartCmd(cmd); err != nil {
 		return nil, fmt.Errorf("starting container: %w", err)
 	}
 	p := &proc{cmd: cmd, done: make(chan struct{}), env: env, workdir: workdir}
@@ -124,7 +126,7 @@ func (p *proc) execIn(ctx context.Context, env []string, workdir string, argv []
 	var out limitedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := testproc.StartCmd(cmd); err != nil {
 		return -1, err.Error()
 	}
 	done := make(chan error, 1)

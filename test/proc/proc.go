@@ -61,7 +61,7 @@ func StartWith(o Options, log, bin string, args ...string) (*Proc, error) {
 	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := StartCmd(cmd); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}

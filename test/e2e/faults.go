@@ -22,7 +22,10 @@ func (e *Env) readyMap() string { return filepath.Join(e.Dir, "ready.map") }
 // runHAProxy starts one instance of the environment's version and mode
 // in dir.
 func (e *Env) runHAProxy(dir string) (*haproxytest.HAProxy, error) {
-	o := haproxytest.Options{Dir: dir, Key: "e2e-shared-key", ReadyMap: e.readyMap(), Bin: e.flavour.Bin, Gate: true}
+	// The stricter readiness (confirmed within 2 s): the partition and
+	// soak scenarios assert that a partitioned instance leaves rotation.
+	// The sample's (filled) is tested in controller/backend/haproxy.
+	o := haproxytest.Options{Dir: dir, Key: "e2e-shared-key", ReadyMap: e.readyMap(), Bin: e.flavour.Bin, Gate: true, Readiness: haproxytest.ReadyConfirmed}
 	if e.installed {
 		// The installed controller, in a pod, reaches the host's
 		// address, not a unix socket.

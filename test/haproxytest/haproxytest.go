@@ -248,6 +248,9 @@ type Options struct {
 	// marking the process (or the reload helper), every request waits
 	// GateLimit.
 	Gate bool
+	// Readiness is what the readiness frontend asks of the marker:
+	// ReadyConfirmed (the default here) or ReadyFilled (the sample's).
+	Readiness Readiness
 	// RuntimeTCP, when set (host:port), adds a Runtime API socket on TCP
 	// there, for a controller that cannot reach the unix socket (one in a
 	// pod of the real node).
@@ -263,6 +266,37 @@ type Options struct {
 type RuntimeTLS struct {
 	CertKey string // HAProxy's certificate and key, one PEM file
 	CA      string // the CA client certificates must chain to
+}
+
+// Readiness is what a process's readiness frontend asks of the
+// controller's marker (docs/load-balancer-lifecycle.md, "Readiness").
+type Readiness int
+
+const (
+	// ReadyConfirmed: filled, and confirmed by a controller within the
+	// last 2 s. A partitioned instance leaves rotation; so does every
+	// instance when every controller is down for 2 s.
+	ReadyConfirmed Readiness = iota
+	// ReadyFilled: filled by the controller (or replayed by the reload
+	// helper) once, whatever happened since. A controller outage leaves
+	// every instance in rotation, routing with what it has; so does a
+	// partition.
+	ReadyFilled
+)
+
+// ReadinessRules are the readiness frontend's rules for r on readyMap,
+// indented as in a frontend section.
+func ReadinessRules(r Readiness, readyMap string) string {
+	if r == ReadyFilled {
+		return fmt.Sprintf(`    http-request return status 200 content-type text/plain string ready if { str(filled),map(%[1]s) -m found } || { str(replayed),map(%[1]s) -m found }
+    http-request return status 503 content-type text/plain string "not filled by stickydrain yet"
+`, readyMap)
+	}
+	return fmt.Sprintf(`    http-request set-var(txn.filled) str(filled),map(%s,0)
+    http-request set-var(txn.age) date(0,ms),sub(txn.filled)
+    http-request return status 200 content-type text/plain string ready if { var(txn.filled) -m int gt 0 } { var(txn.age) -m int le 2000 }
+    http-request return status 503 content-type text/plain string "not filled by stickydrain yet, or no controller for 2 s"
+`, readyMap)
 }
 
 // GateLimit is how long the gate holds a request, in milliseconds, before
@@ -356,11 +390,7 @@ frontend www
 %s    default_backend %s
 frontend ready
     bind 127.0.0.1:%d
-    http-request set-var(txn.filled) str(filled),map(%s,0)
-    http-request set-var(txn.age) date(0,ms),sub(txn.filled)
-    http-request return status 200 content-type text/plain string filled if { var(txn.filled) -m int gt 0 } { var(txn.age) -m int le 2000 }
-    http-request return status 503 content-type text/plain string "not filled yet, or no controller for 2 s"
-`, h.StateFile, h.Port, gate.Frontend, backends[0].Name, h.ReadyPort, h.ReadyMap)
+%s`, h.StateFile, h.Port, gate.Frontend, backends[0].Name, h.ReadyPort, ReadinessRules(o.Readiness, h.ReadyMap))
 	for _, be := range backends {
 		if be.Dynamic {
 			// No servers: the controller adds them (`add server … cookie`).

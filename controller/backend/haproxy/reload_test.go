@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -329,7 +330,7 @@ func testMarkFilled(t *testing.T, v haproxytest.Version) {
 // ports to free ones on 127.0.0.1 — and walks an operator's steps: a fresh
 // process is not ready; filled and marked it is; a drain survives the
 // shipped reload procedure, with the drained pod's cookie still reaching
-// it; the reloaded process is unready until marked again.
+// it; the reloaded process is ready at once (the helper replayed it).
 func TestTheSampleConfigurationKeepsItsPromises(t *testing.T) {
 	haproxytest.ForEachVersion(t, testTheSample)
 }
@@ -475,7 +476,125 @@ func testTheSample(t *testing.T, v haproxytest.Version) {
 	if who, _ := get(t, front, ""); who != "b" {
 		t.Errorf("after the reload a new client reached %q, want b", who)
 	}
-	if got := status(); got != http.StatusServiceUnavailable {
-		t.Errorf("the reloaded process answers readiness %d before the controller marks it, want 503", got)
+	if got := status(); got != http.StatusOK {
+		t.Errorf("the reloaded process, replayed by the helper, answers readiness %d, want 200 (the sample's readiness is \"filled\")", got)
+	}
+}
+
+// TestFilledReadinessOutlivesTheController: with the sample's readiness
+// (haproxytest.ReadyFilled) a process is ready once filled, and stays
+// ready when no controller has confirmed it for 10 s (a controller
+// outage); a reload's new worker is ready as soon as the helper replayed
+// it; a reload without the helper, and a restart, are not ready until a
+// controller fills them again.
+func TestFilledReadinessOutlivesTheController(t *testing.T) {
+	haproxytest.ForEachVersion(t, func(t *testing.T, v haproxytest.Version) {
+		h := v.StartWith(t, haproxytest.Options{Key: "k1", Readiness: haproxytest.ReadyFilled}, haproxytest.Backend{Name: "shop", Slots: 4})
+		ctx := context.Background()
+		i, err := New(h.Address(), 2*time.Second, WithReadyMap(h.ReadyMap))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ready := func() int {
+			resp, err := http.Get(h.ReadyURL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		mark := func() {
+			t.Helper()
+			id, err := i.Identity(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := i.MarkFilled(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := ready(); got != http.StatusServiceUnavailable {
+			t.Fatalf("a fresh process answers readiness %d, want 503", got)
+		}
+		mark()
+		stale := strconv.FormatInt(time.Now().Add(-10*time.Second).UnixMilli(), 10)
+		if err := h.Command(ctx, "set map "+h.ReadyMap+" filled "+stale); err != nil {
+			t.Fatal(err)
+		}
+		if got := ready(); got != http.StatusOK {
+			t.Fatalf("a filled process no controller confirmed for 10 s answers readiness %d, want 200 (a controller outage must not take it out)", got)
+		}
+		if err := i.Reload(ctx, h.MasterAddress(), h.StateFile); err != nil {
+			t.Fatalf("%v\n%s", err, h.Log())
+		}
+		if got := ready(); got != http.StatusOK {
+			t.Errorf("a reloaded worker the helper replayed answers readiness %d, want 200", got)
+		}
+		before, err := i.Identity(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.ReloadWithoutState(); err != nil {
+			t.Fatal(err)
+		}
+		// A master still re-executing from the reload before misses a
+		// SIGUSR2 (seen on 2.6): send it again each second until it takes.
+		deadline, resend := time.Now().Add(10*time.Second), time.Now().Add(time.Second)
+		for now, _ := i.Identity(ctx); now == before || now == ""; now, _ = i.Identity(ctx) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no new worker 10 s after SIGUSR2 (still %s):\n%s", before, h.Log())
+			}
+			if time.Now().After(resend) {
+				_ = h.ReloadWithoutState()
+				resend = time.Now().Add(time.Second)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if got := ready(); got != http.StatusServiceUnavailable {
+			t.Errorf("a worker reloaded without the helper answers readiness %d before a controller fills it, want 503", got)
+		}
+		mark()
+		if err := h.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		if got := ready(); got != http.StatusServiceUnavailable {
+			t.Errorf("a restarted process answers readiness %d, want 503", got)
+		}
+	})
+}
+
+// The readiness rules the sample and docs/load-balancer-lifecycle.md give
+// are the ones the tests run: the sample's is ReadyFilled, the docs show
+// both.
+func TestTheReadinessRulesAreTheTestedOnes(t *testing.T) {
+	const m = "/usr/local/etc/haproxy/stickydrain-ready.map"
+	rules := func(file string) []string {
+		raw, err := os.ReadFile(filepath.Join("..", "..", "..", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out, cur []string
+		in := false
+		for _, l := range strings.Split(string(raw), "\n") {
+			switch {
+			case strings.HasPrefix(l, "frontend stickydrain-ready"):
+				in, cur = true, nil
+			case in && strings.HasPrefix(l, "    bind "):
+			case in && strings.HasPrefix(l, "    "):
+				cur = append(cur, l+"\n")
+			case in:
+				in = false
+				out = append(out, strings.Join(cur, ""))
+			}
+		}
+		return out
+	}
+	filled, confirmed := haproxytest.ReadinessRules(haproxytest.ReadyFilled, m), haproxytest.ReadinessRules(haproxytest.ReadyConfirmed, m)
+	if got := rules("manifests/samples/haproxy/haproxy.cfg"); len(got) != 1 || got[0] != filled {
+		t.Errorf("the sample's readiness frontend:\n%v\nthe tested ReadyFilled:\n%s", got, filled)
+	}
+	got := rules("docs/load-balancer-lifecycle.md")
+	if !slices.Contains(got, filled) || !slices.Contains(got, confirmed) {
+		t.Errorf("docs/load-balancer-lifecycle.md's readiness frontends:\n%v\nwant both tested ones:\n%s\n%s", got, filled, confirmed)
 	}
 }

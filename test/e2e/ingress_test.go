@@ -95,10 +95,21 @@ func ingressScenario(t *testing.T, kind Ingress) {
 		if d.RemovedFromLB.IsZero() || d.RemovedFromLB.Before(d.Gone) {
 			t.Errorf("%s: removed from the ingress at %v, pod gone at %v", d.Pod, d.RemovedFromLB, d.Gone)
 		}
-		t.Logf("%s: the ingress fenced it %v after it was seen terminating", d.Pod, d.Drained.Sub(d.Seen))
+		reaction := d.Drained.Sub(d.Seen)
+		t.Logf("%s: the ingress fenced it %v after it was seen terminating", d.Pod, reaction)
+		// A session that lands before the fence is kept by drainctl's
+		// count, but only if the drain has not ended by then: the default
+		// min-wait (10 s) must outlast the proxy's reaction with room.
+		if reaction > ingressReactionBound {
+			t.Errorf("%s: the ingress fenced it %v after it was seen terminating; the bound is %v (half the default min-wait, which keeps a session that lands before the fence)", d.Pod, reaction, ingressReactionBound)
+		}
 		preStopReturnedOnTime(ctx, t, env, clients, d.Pod)
 	}
 }
+
+// ingressReactionBound is the most an ingress proxy may take to fence a
+// terminating pod: half the webhook's default min-wait (10 s).
+const ingressReactionBound = 5 * time.Second
 
 // settleIngress waits up to 20 s until n terminated pods have left the
 // ingress; the assertions decide.

@@ -372,7 +372,9 @@ func RunWith(o Options, backends ...Backend) (*HAProxy, error) {
 		gate = GateFor(h.ReadyMap, GateScript())
 	}
 	var b strings.Builder
+	// Warnings (the gate's, a proxy's) go to the log the test reads.
 	fmt.Fprintf(&b, `global
+    log stderr format raw local0 warning
     stats socket %s level admin
 %s%s`, h.Socket, tcpSocket, gate.Global)
 	fmt.Fprintf(&b, `    stats timeout 30s

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -151,5 +152,27 @@ func testGate(t *testing.T, f flavour, gated bool) {
 		}
 	} else if wrong == 0 {
 		t.Errorf("without the gate every request was answered by a pod: the control no longer shows the 503s (or stale routes) the gate prevents")
+	}
+}
+
+// TestTheGateLetsGoAtItsLimit: with no controller to fill it, a new
+// process holds a request the gate's limit, then serves it with what it
+// has (here nothing: 503) and says so once in its log.
+func TestTheGateLetsGoAtItsLimit(t *testing.T) {
+	v := haproxytest.Versions(t)[0]
+	h := v.StartWith(t, haproxytest.Options{Key: "k1", Gate: true}, haproxytest.Backend{Name: "shop", Slots: 2})
+	start := time.Now()
+	resp, err := http.Get(h.URL() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	took := time.Since(start)
+	limit := haproxytest.GateLimit * time.Millisecond
+	if resp.StatusCode != http.StatusServiceUnavailable || took < limit || took > limit+2*time.Second {
+		t.Errorf("an unfilled process answered %d after %v; want 503 after the gate's limit, %v", resp.StatusCode, took.Round(time.Millisecond), limit)
+	}
+	if log := h.Log(); !strings.Contains(log, "stickydrain gate: no \"filled\" or \"replayed\"") {
+		t.Errorf("the log does not say the gate let a request through unfilled:\n%s", log)
 	}
 }

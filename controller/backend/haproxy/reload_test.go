@@ -237,14 +237,7 @@ func testMarkFilled(t *testing.T, v haproxytest.Version) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ready := func() int {
-		resp, err := http.Get(h.ReadyURL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	ready := func() int { return readiness(t, h.ReadyURL()) }
 	if got := ready(); got != http.StatusServiceUnavailable {
 		t.Fatalf("a fresh process answers readiness %d, want 503", got)
 	}
@@ -431,14 +424,7 @@ func testTheSample(t *testing.T, v haproxytest.Version) {
 		}
 	}
 	readyURL := fmt.Sprintf("http://127.0.0.1:%d/", ports[2])
-	status := func() int {
-		resp, err := http.Get(readyURL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	status := func() int { return readiness(t, readyURL) }
 	if got := status(); got != http.StatusServiceUnavailable {
 		t.Fatalf("a fresh sample process answers readiness %d, want 503", got)
 	}
@@ -495,14 +481,7 @@ func TestFilledReadinessOutlivesTheController(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ready := func() int {
-			resp, err := http.Get(h.ReadyURL())
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			return resp.StatusCode
-		}
+		ready := func() int { return readiness(t, h.ReadyURL()) }
 		mark := func() {
 			t.Helper()
 			id, err := i.Identity(ctx)
@@ -597,4 +576,15 @@ func TestTheReadinessRulesAreTheTestedOnes(t *testing.T) {
 	if !slices.Contains(got, filled) || !slices.Contains(got, confirmed) {
 		t.Errorf("docs/load-balancer-lifecycle.md's readiness frontends:\n%v\nwant both tested ones:\n%s\n%s", got, filled, confirmed)
 	}
+}
+
+// readiness is the status the readiness frontend at url answers.
+func readiness(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

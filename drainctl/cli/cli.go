@@ -222,7 +222,8 @@ func runWait(ctx context.Context, args []string, env Env) int {
 	log.Log(summary[len("drainctl: "):], "event", "summary", "outcome", res.Outcome.String(),
 		"waited", res.Waited, "polls", res.Polls, "sessions", res.LastCount)
 	if out != env.Stderr {
-		// The kubelet puts a failed hook's output into its event: say why.
+		// The hook's own output: the kubelet logs a failed hook's output
+		// (its FailedPreStopHook Event says only "PreStopHook failed").
 		fmt.Fprintln(env.Stderr, summary)
 	}
 	switch res.Outcome {

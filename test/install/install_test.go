@@ -3,6 +3,8 @@ package install_test
 import (
 	"context"
 	"encoding/json"
+	"net"
+	"net/http"
 	"sort"
 	"strings"
 	"testing"
@@ -132,7 +134,7 @@ func TestInstallOnTheRealNode(t *testing.T) {
 	})
 
 	// An opted-in app from an image without a shell.
-	e.deployApp(t, ctx, "web", false)
+	e.deployApp(t, ctx, "web", false, nil)
 	waitAvailable(t, ctx, e.c, "web")
 	e.assertInjected(t, ctx, "web")
 
@@ -189,7 +191,7 @@ func TestInstallOnTheRealNode(t *testing.T) {
 	}
 
 	// A native sidecar and a Secret volume: what podhost cannot run.
-	e.deployApp(t, ctx, "sidecar", true)
+	e.deployApp(t, ctx, "sidecar", true, nil)
 	waitAvailable(t, ctx, e.c, "sidecar")
 	e.assertInjected(t, ctx, "sidecar")
 
@@ -221,12 +223,62 @@ func TestInstallOnTheRealNode(t *testing.T) {
 			t.Errorf("%s: SIGTERM with %d s of grace left of %d", p.Name, h.GracePeriod, grace)
 		}
 	}
+	e.drainCutShort(t, ctx)
+}
+
+// A drain cut short: a pod whose session never ends, with a max-wait of
+// 4 s. drainctl exits 3 at max-wait; the kubelet records the failed hook
+// as a FailedPreStopHook Event — whose message is only "PreStopHook
+// failed" (the kubelet keeps a hook's output out of Events) — and writes
+// drainctl's summary, the reason, into its own log; then SIGTERM.
+func (e *env) drainCutShort(t *testing.T, ctx context.Context) {
+	e.deployApp(t, ctx, "stuck", false, map[string]string{"stickydrain.io/max-wait": "4s"})
+	waitAvailable(t, ctx, e.c, "stuck")
+	var pods corev1.PodList
+	if err := e.c.Client.List(ctx, &pods, client.InNamespace(appNS), client.MatchingLabels{"app": "stuck"}); err != nil || len(pods.Items) == 0 {
+		t.Fatalf("stuck pods: %v", err)
+	}
+	p := pods.Items[0]
+	resp, err := http.Post("http://"+net.JoinHostPort(p.Status.PodIP, "8080")+"/login?user=never-leaves", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if err := e.c.Client.Delete(ctx, &p); err != nil {
+		t.Fatal(err)
+	}
+	h, err := e.n.PreStop(ctx, appNS, p.Name, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := h.Ended.Sub(h.Started)
+	t.Logf("%s: preStop ran %v, failed %v, then SIGTERM with %d s of grace left; the kubelet logged its output %q", p.Name, took.Round(time.Millisecond), h.Failed, h.GracePeriod, h.Output)
+	if !h.Failed || took < 4*time.Second-100*time.Millisecond || took > 15*time.Second {
+		t.Errorf("%s: preStop failed=%v after %v; want it to fail at max-wait (4s), a session still open", p.Name, h.Failed, took)
+	}
+	if !strings.Contains(h.Output, "drainctl: max-wait reached") || !strings.Contains(h.Output, "last count 1") {
+		t.Errorf("%s: the hook's output as the kubelet logged it is %q; want drainctl's summary (max-wait reached, last count 1)", p.Name, h.Output)
+	}
+	waitFor(t, ctx, "the FailedPreStopHook Event", func() bool {
+		var events corev1.EventList
+		if err := e.c.Client.List(ctx, &events, client.InNamespace(appNS)); err != nil {
+			return false
+		}
+		for _, ev := range events.Items {
+			if ev.InvolvedObject.Name == p.Name && ev.Reason == "FailedPreStopHook" {
+				t.Logf("%s: Event %s %q", p.Name, ev.Reason, ev.Message)
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // deployApp opts the namespace in (once) and deploys two replicas of the
-// session app; withSidecar adds a native sidecar (an init container that
-// keeps running) and a Secret volume.
-func (e *env) deployApp(t *testing.T, ctx context.Context, name string, withSidecar bool) {
+// session app, its pods annotated with annotations; withSidecar adds a
+// native sidecar (an init container that keeps running) and a Secret
+// volume.
+func (e *env) deployApp(t *testing.T, ctx context.Context, name string, withSidecar bool, annotations map[string]string) {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name:   appNS,
@@ -263,7 +315,7 @@ func (e *env) deployApp(t *testing.T, ctx context.Context, name string, withSide
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](2),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations}, Spec: spec},
 		},
 	}); err != nil {
 		t.Fatal(err)

@@ -22,13 +22,21 @@ type Hook struct {
 	Completed bool
 	// Failed: the hook ended with an error (a non-zero exit).
 	Failed bool
+	// Output is what a failed exec hook printed, as the kubelet logs it
+	// (its FailedPreStopHook Event carries none of it).
+	Output string
 	// GracePeriod is what was left of the grace period for the SIGTERM
 	// after the hook, in seconds (the kubelet's "Killing container with a
 	// grace period"; at least 2).
 	GracePeriod int64
 }
 
-var klogLine = regexp.MustCompile(`^[IWE](\d{4} \d{2}:\d{2}:\d{2}\.\d{6})\s+\d+ \S+\] "([^"]+)"(.*)$`)
+// klogMessage is a message= value, quoted or multi-line.
+var klogMessage = regexp.MustCompile(`(?s) message=(?:"((?:[^"\\]|\\.)*)"|<\n(.*?)\n >)`)
+
+var klogHeader = regexp.MustCompile(`^[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d{6}\s`)
+
+var klogLine = regexp.MustCompile(`(?s)^[IWE](\d{4} \d{2}:\d{2}:\d{2}\.\d{6})\s+\d+ \S+\] "([^"]+)"(.*)$`)
 
 // PreStop waits until the kubelet's log holds the end of the preStop hook of
 // namespace/pod's container and the SIGTERM that followed, and returns
@@ -60,10 +68,23 @@ func (n *Node) readHook(namespace, pod, container string) (Hook, bool, error) {
 	podKV := fmt.Sprintf(` pod="%s/%s"`, namespace, pod)
 	ctrKV := fmt.Sprintf(` containerName="%s"`, container)
 	year := time.Now().Year()
+	// klog writes a multi-line value as `key=<` then its lines, each
+	// indented by a tab, then ` >`: an entry is its header line and those.
+	var entries []string
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
+		if klogHeader.MatchString(line) || len(entries) == 0 {
+			entries = append(entries, line)
+		} else {
+			entries[len(entries)-1] += "\n" + line
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return h, false, err
+	}
+	for _, line := range entries {
 		if !strings.Contains(line, podKV) || !strings.Contains(line, ctrKV) {
 			continue
 		}
@@ -80,6 +101,15 @@ func (n *Node) readHook(namespace, pod, container string) (Hook, bool, error) {
 			h = Hook{Started: at}
 		case "PreStop hook failed":
 			h.Failed = true
+		case "Exec lifecycle hook for Container in Pod failed":
+			if mm := klogMessage.FindStringSubmatch(m[3]); mm != nil && mm[2] != "" {
+				h.Output = strings.ReplaceAll(mm[2], "\n\t", "\n")
+				h.Output = strings.TrimPrefix(h.Output, "\t")
+			} else if mm != nil {
+				if out, err := strconv.Unquote(`"` + mm[1] + `"`); err == nil {
+					h.Output = out
+				}
+			}
 		case "PreStop hook completed":
 			h.Ended, h.Completed = at, true
 		case "PreStop hook not completed in grace period":
@@ -95,5 +125,5 @@ func (n *Node) readHook(namespace, pod, container string) (Hook, bool, error) {
 			return h, true, nil
 		}
 	}
-	return h, false, sc.Err()
+	return h, false, nil
 }

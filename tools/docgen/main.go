@@ -434,7 +434,7 @@ func exitStatus(root string) (string, error) {
 	values := map[string]int{"ExitDrained": cli.ExitDrained, "ExitError": cli.ExitError, "ExitUsage": cli.ExitUsage, "ExitMaxWait": cli.ExitMaxWait,
 		"ExitUnreachable": cli.ExitUnreachable, "ExitReleased": cli.ExitReleased, "ExitInterrupted": cli.ExitInterrupted}
 	var b strings.Builder
-	b.WriteString("# drainctl exit statuses\n\nA failed preStop hook shows in the kubelet's `FailedPreStopHook` event with drainctl's summary line.\n\n| status | constant | meaning |\n|---|---|---|\n")
+	b.WriteString("# drainctl exit statuses\n\nA preStop hook that exits with anything but 0 shows as the kubelet's `FailedPreStopHook` Warning (its message is only `PreStopHook failed`: the kubelet keeps a hook's output out of Events); drainctl's summary line is in the container's log and in the kubelet's log.\n\n| status | constant | meaning |\n|---|---|---|\n")
 	for _, name := range order {
 		if !strings.HasPrefix(name, "Exit") {
 			continue

@@ -401,7 +401,7 @@ func (n *Instance) Apply(ctx context.Context, upstream string, changes []plan.Ch
 	n.mu.Lock()
 	stream := n.stream[upstream]
 	n.mu.Unlock()
-	ids := &serverIDs{n: n, c: c, upstream: upstream}
+	ids := &serverIDs{c: c, upstream: upstream}
 	for i, ch := range changes {
 		if stream {
 			errs[i] = n.applyStream(ctx, c, upstream, ch)
@@ -418,7 +418,6 @@ func (n *Instance) Apply(ctx context.Context, upstream string, changes []plan.Ch
 // serverIDs are an http upstream's servers by address, read at most once
 // per Apply until an answer shows they moved.
 type serverIDs struct {
-	n        *Instance
 	c        *client.NginxClient
 	upstream string
 	read     map[string]client.UpstreamServer // address → server, nil until read
@@ -432,10 +431,7 @@ func (s *serverIDs) find(ctx context.Context, server string) (client.UpstreamSer
 		if err != nil {
 			return client.UpstreamServer{}, err
 		}
-		s.read = make(map[string]client.UpstreamServer, len(servers))
-		for _, srv := range servers {
-			s.read[srv.Server] = srv
-		}
+		s.set(servers)
 	}
 	for addr, srv := range s.read {
 		if names(addr, server) {
@@ -447,6 +443,15 @@ func (s *serverIDs) find(ctx context.Context, server string) (client.UpstreamSer
 
 // stale drops what was read: the next find reads again.
 func (s *serverIDs) stale() { s.read = nil }
+
+// set takes servers (a DELETE's answer: the servers left, with their IDs)
+// as what was read.
+func (s *serverIDs) set(servers []client.UpstreamServer) {
+	s.read = make(map[string]client.UpstreamServer, len(servers))
+	for _, srv := range servers {
+		s.read[srv.Server] = srv
+	}
+}
 
 // names reports whether a PATCH's answered address is server. An answer
 // without one (NGINX Plus documents the server object as the answer) is
@@ -575,6 +580,9 @@ func (n *Instance) remove(ctx context.Context, ids *serverIDs, server string) er
 		}
 	}
 	if !still {
+		// The answer is the upstream as it is now: the next change of this
+		// Apply needs no read of its own.
+		ids.set(left)
 		return nil
 	}
 	var errs []error

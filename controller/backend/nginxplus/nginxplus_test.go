@@ -116,6 +116,33 @@ func TestADrainIsAReadByAddressAndOnePATCH(t *testing.T) {
 	}
 }
 
+// A scale-down removing two servers reads the IDs once: each DELETE's
+// answer (the servers left) serves the next: the pass's read, one read,
+// two DELETEs.
+func TestRemovalsReadTheIDsOnce(t *testing.T) {
+	e, url := emulator(t, nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop"}}}, nil)
+	n, _ := New(url, lb(nil))
+	c := netip.MustParseAddrPort("198.18.0.3:8080")
+	converge(t, n, "shop", map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active, c: plan.Active})
+	ctx := context.Background()
+	before := e.Requests()
+	cur, err := n.Servers(ctx, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range n.Apply(ctx, "shop", plan.Calculate(cur, map[netip.AddrPort]plan.State{c: plan.Active})) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if calls := e.Requests() - before; calls != 4 {
+		t.Errorf("removing two servers took %d API calls, want 4 (the pass's read, one read of the IDs, two DELETEs)", calls)
+	}
+	if s := e.Servers(false, "shop"); len(s) != 1 || s[0].Server != c.String() {
+		t.Errorf("emulator holds %+v, want c alone", s)
+	}
+}
+
 // When the ID read earlier went stale (the server was removed and added
 // again by someone else between the read and the write), the drain looks
 // the ID up again instead of failing.

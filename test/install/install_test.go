@@ -199,18 +199,8 @@ func TestInstallOnTheRealNode(t *testing.T) {
 	// no sessions: it returns after min-wait) ran to its end and SIGTERM
 	// followed with the grace period's rest.
 	for _, app := range []string{"web", "sidecar"} {
-		var pods corev1.PodList
-		if err := e.c.Client.List(ctx, &pods, client.InNamespace(appNS), client.MatchingLabels{"app": app}); err != nil || len(pods.Items) == 0 {
-			t.Fatalf("%s pods: %v", app, err)
-		}
-		p := pods.Items[0]
-		if err := e.c.Client.Delete(ctx, &p); err != nil {
-			t.Fatal(err)
-		}
-		h, err := e.n.PreStop(ctx, appNS, p.Name, "app")
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := e.onePod(t, ctx, app)
+		h := e.deleteAndReadPreStop(t, ctx, p)
 		took := h.Ended.Sub(h.Started)
 		t.Logf("%s (drainctl %s): the kubelet ran preStop for %v, then SIGTERM with %d s of grace left", p.Name, delivery(&p), took.Round(time.Millisecond), h.GracePeriod)
 		if !h.Completed || h.Failed {
@@ -234,23 +224,13 @@ func TestInstallOnTheRealNode(t *testing.T) {
 func (e *env) drainCutShort(t *testing.T, ctx context.Context) {
 	e.deployApp(t, ctx, "stuck", false, map[string]string{"stickydrain.io/max-wait": "4s"})
 	waitAvailable(t, ctx, e.c, "stuck")
-	var pods corev1.PodList
-	if err := e.c.Client.List(ctx, &pods, client.InNamespace(appNS), client.MatchingLabels{"app": "stuck"}); err != nil || len(pods.Items) == 0 {
-		t.Fatalf("stuck pods: %v", err)
-	}
-	p := pods.Items[0]
+	p := e.onePod(t, ctx, "stuck")
 	resp, err := http.Post("http://"+net.JoinHostPort(p.Status.PodIP, "8080")+"/login?user=never-leaves", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if err := e.c.Client.Delete(ctx, &p); err != nil {
-		t.Fatal(err)
-	}
-	h, err := e.n.PreStop(ctx, appNS, p.Name, "app")
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := e.deleteAndReadPreStop(t, ctx, p)
 	took := h.Ended.Sub(h.Started)
 	t.Logf("%s: preStop ran %v, failed %v, then SIGTERM with %d s of grace left; the kubelet logged its output %q", p.Name, took.Round(time.Millisecond), h.Failed, h.GracePeriod, h.Output)
 	if !h.Failed || took < 4*time.Second-100*time.Millisecond || took > 15*time.Second {
@@ -272,6 +252,30 @@ func (e *env) drainCutShort(t *testing.T, ctx context.Context) {
 		}
 		return false
 	})
+}
+
+// onePod is a pod of app.
+func (e *env) onePod(t *testing.T, ctx context.Context, app string) corev1.Pod {
+	t.Helper()
+	var pods corev1.PodList
+	if err := e.c.Client.List(ctx, &pods, client.InNamespace(appNS), client.MatchingLabels{"app": app}); err != nil || len(pods.Items) == 0 {
+		t.Fatalf("%s pods: %v", app, err)
+	}
+	return pods.Items[0]
+}
+
+// deleteAndReadPreStop deletes p and returns its app container's preStop
+// hook as the kubelet recorded it, once the SIGTERM followed.
+func (e *env) deleteAndReadPreStop(t *testing.T, ctx context.Context, p corev1.Pod) node.Hook {
+	t.Helper()
+	if err := e.c.Client.Delete(ctx, &p); err != nil {
+		t.Fatal(err)
+	}
+	h, err := e.n.PreStop(ctx, appNS, p.Name, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
 
 // deployApp opts the namespace in (once) and deploys two replicas of the

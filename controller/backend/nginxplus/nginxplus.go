@@ -235,40 +235,61 @@ func (e *apiError) Error() string {
 // the read of the ID and the PATCH, another server would be moved onto
 // this one's address, and its own sessions lost.
 func (n *Instance) patch(ctx context.Context, kind, upstream string, id int, fields map[string]bool) (string, error) {
-	n.mu.Lock()
-	v := n.version
-	n.mu.Unlock()
 	body, err := json.Marshal(fields)
 	if err != nil {
 		return "", err
 	}
-	u := fmt.Sprintf("%s/%d/%s/upstreams/%s/servers/%d", n.id, v, kind, url.PathEscape(upstream), id)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPatch, u, bytes.NewReader(body))
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := n.http.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
 	var answer struct {
 		Server string `json:"server"`
-		Error  struct {
-			Status int    `json:"status"`
-			Text   string `json:"text"`
-			Code   string `json:"code"`
-		} `json:"error"`
 	}
-	derr := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&answer)
-	if resp.StatusCode != http.StatusOK {
-		return "", &apiError{Status: resp.StatusCode, Code: answer.Error.Code, Text: answer.Error.Text}
-	}
-	if derr != nil {
-		return "", fmt.Errorf("PATCH %s: reading the answer: %w", u, derr)
+	if err := n.server(ctx, http.MethodPatch, kind, upstream, id, body, &answer); err != nil {
+		return "", err
 	}
 	return answer.Server, nil
+}
+
+// server sends method to the server with id in an http or stream
+// upstream, with body as JSON when there is one, and decodes a 200 answer
+// into answer; any other status is an *apiError with NGINX Plus's code.
+func (n *Instance) server(ctx context.Context, method, kind, upstream string, id int, body []byte, answer any) error {
+	n.mu.Lock()
+	v := n.version
+	n.mu.Unlock()
+	u := fmt.Sprintf("%s/%d/%s/upstreams/%s/servers/%d", n.id, v, kind, url.PathEscape(upstream), id)
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := n.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return fmt.Errorf("%s %s: reading the answer: %w", method, u, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error struct {
+				Text string `json:"text"`
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(raw, &e)
+		return &apiError{Status: resp.StatusCode, Code: e.Error.Code, Text: e.Error.Text}
+	}
+	if err := json.Unmarshal(raw, answer); err != nil {
+		return fmt.Errorf("%s %s: reading the answer: %w", method, u, err)
+	}
+	return nil
 }
 
 // checkDue reports whether /nginx is due for a read, and marks it read.
@@ -433,7 +454,10 @@ func (s *serverIDs) find(ctx context.Context, server string) (client.UpstreamSer
 		}
 		s.set(servers)
 	}
-	for addr, srv := range s.read {
+	if srv, ok := s.read[server]; ok {
+		return srv, nil
+	}
+	for addr, srv := range s.read { // the same address written otherwise
 		if names(addr, server) {
 			return srv, nil
 		}
@@ -613,36 +637,9 @@ func (n *Instance) remove(ctx context.Context, ids *serverIDs, server string) er
 // deleteByID deletes the server with id and returns the servers left, as
 // NGINX Plus answers a DELETE.
 func (n *Instance) deleteByID(ctx context.Context, upstream string, id int) ([]client.UpstreamServer, error) {
-	n.mu.Lock()
-	v := n.version
-	n.mu.Unlock()
-	u := fmt.Sprintf("%s/%d/http/upstreams/%s/servers/%d", n.id, v, url.PathEscape(upstream), id)
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, u, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := n.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return nil, fmt.Errorf("DELETE %s: reading the answer: %w", u, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var answer struct {
-			Error struct {
-				Text string `json:"text"`
-				Code string `json:"code"`
-			} `json:"error"`
-		}
-		_ = json.Unmarshal(body, &answer)
-		return nil, &apiError{Status: resp.StatusCode, Code: answer.Error.Code, Text: answer.Error.Text}
-	}
 	var left []client.UpstreamServer
-	if err := json.Unmarshal(body, &left); err != nil {
-		return nil, fmt.Errorf("DELETE %s: reading the answer: %w", u, err)
+	if err := n.server(ctx, http.MethodDelete, "http", upstream, id, nil, &left); err != nil {
+		return nil, err
 	}
 	return left, nil
 }

@@ -134,7 +134,14 @@ func (e *Env) startIngress(ctx context.Context, kind Ingress) error {
 	return nil
 }
 
-// ingress is the replica whose view the observer reads: the first running.
+// ingressReplicas are the replicas in the front's rotation.
+func (e *Env) ingressReplicas() []*ingressProxy {
+	e.lbMu.Lock()
+	defer e.lbMu.Unlock()
+	return append([]*ingressProxy(nil), e.ingresses...)
+}
+
+// ingress is the first replica running.
 func (e *Env) ingress() *ingressProxy {
 	e.lbMu.Lock()
 	defer e.lbMu.Unlock()
@@ -149,7 +156,7 @@ func (e *Env) ingressTargets() []tcpfront.Target {
 	defer e.lbMu.Unlock()
 	var ts []tcpfront.Target
 	for _, ip := range e.ingresses {
-		ts = append(ts, tcpfront.Target{Addr: fmt.Sprintf("127.0.0.1:%d", ip.httpPort), Ready: ip.readyURL})
+		ts = append(ts, tcpfront.Target{Addr: ip.frontAddr(), Ready: ip.readyURL})
 	}
 	return ts
 }
@@ -195,7 +202,7 @@ func (e *Env) CrashIngress(ctx context.Context) error {
 	e.lbMu.Unlock()
 	done := e.noteKill()
 	dead.kill()
-	e.Front.MarkDown(fmt.Sprintf("127.0.0.1:%d", dead.httpPort))
+	e.Front.MarkDown(dead.frontAddr())
 	done()
 	e.Front.SetTargets(e.ingressTargets())
 	return e.joinIngress(ctx)
@@ -233,6 +240,9 @@ func (ip *ingressProxy) kill() {
 	ip.proc.KillGroup()
 	proc.KillMatching(ip.dir + "/")
 }
+
+// frontAddr is where the front sends users to this replica.
+func (ip *ingressProxy) frontAddr() string { return frontAddr(ip.httpPort) }
 
 // URL is the replica's HTTP entry point.
 func (ip *ingressProxy) URL() string { return fmt.Sprintf("http://127.0.0.1:%d", ip.httpPort) }
@@ -357,14 +367,18 @@ func (e *Env) ingressObjects(svc *corev1.Service) *networkingv1.Ingress {
 	return ing
 }
 
-// ingressView is the ingress's view of the app's servers: active,
-// draining (haproxy-ingress: `drain`, weight 0; Traefik: fenced), or
-// absent.
+// ingressView is the first replica's view of the app's servers.
 func (e *Env) ingressView(ctx context.Context) (map[netip.AddrPort]plan.State, error) {
 	ip := e.ingress()
 	if ip == nil {
 		return nil, errors.New("no ingress replica runs")
 	}
+	return ip.view(ctx)
+}
+
+// view is the replica's view of the app's servers: active, draining
+// (haproxy-ingress: `drain`, weight 0; Traefik: fenced), or absent.
+func (ip *ingressProxy) view(ctx context.Context) (map[netip.AddrPort]plan.State, error) {
 	switch ip.kind {
 	case HAProxyIngress:
 		inst, err := haproxy.New("unix://"+ip.adminSocket, time.Second)

@@ -113,12 +113,12 @@ func loginOn(t *testing.T, ctx context.Context, base, pod string) *http.Client {
 	for i := 0; ctx.Err() == nil; i++ {
 		jar, _ := cookiejar.New(nil)
 		hc := &http.Client{Jar: jar, Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-		code, r, err := call(hc, "POST", fmt.Sprintf("%s/login?user=finder-%d", base, i))
+		code, r, _, err := call(hc, "POST", fmt.Sprintf("%s/login?user=finder-%d", base, i))
 		if err == nil && code == 200 && r.Pod == pod {
 			return hc
 		}
 		if err == nil && code == 200 {
-			_, _, _ = call(hc, "POST", base+"/logout")
+			_, _, _, _ = call(hc, "POST", base+"/logout")
 		}
 	}
 	t.Fatalf("no session landed on %s", pod)
@@ -127,7 +127,7 @@ func loginOn(t *testing.T, ctx context.Context, base, pod string) *http.Client {
 
 // whoAnswers sends the user's next request through base.
 func whoAnswers(hc *http.Client, base string) (string, int) {
-	code, r, err := call(hc, "GET", base+"/app/cart")
+	code, r, _, err := call(hc, "GET", base+"/app/cart")
 	if err != nil {
 		return "", 0
 	}

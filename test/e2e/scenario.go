@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptrace"
 	"net/netip"
 	"sort"
 	"strings"
@@ -150,7 +151,7 @@ func (e *Env) Pods(ctx context.Context) []PodView {
 			for _, s := range states {
 				st := "-"
 				if ap, err := netip.ParseAddrPort(v.IP + ":8080"); err == nil {
-					if x, ok := s[ap]; ok {
+					if x, ok := s.states[ap]; ok {
 						st = x.String()
 					}
 				}
@@ -170,7 +171,9 @@ type Stats struct {
 	StartedAfterRollout         int
 	OnNewVersion                int // of those, sessions on the new version
 	// NewOnDraining counts sessions that started on a pod already draining
-	// on every HAProxy instance: there must be none.
+	// on the instance (or ingress replica) that served the login, or on
+	// every one when the front cannot say which served it: there must be
+	// none.
 	NewOnDraining int
 	// NewOnTerminating counts sessions that started on a pod already
 	// deleted but not drained yet: what the load balancer's reaction time
@@ -315,7 +318,7 @@ func (c *Clients) user(ctx context.Context, id int) {
 		jar, _ := cookiejar.New(nil)
 		hc := &http.Client{Jar: jar, Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 		started := time.Now()
-		code, r, err := call(hc, "POST", base+fmt.Sprintf("/login?user=u%d-%d", id, n))
+		code, r, via, err := call(hc, "POST", base+fmt.Sprintf("/login?user=u%d-%d", id, n))
 		if err != nil && c.env.killedDuring(started, time.Now()) {
 			c.note(func(s *Stats) { s.Requests++; s.InFlightAtKill++ })
 			continue
@@ -327,7 +330,7 @@ func (c *Clients) user(ctx context.Context, id int) {
 			continue
 		}
 		owner, version := r.Pod, r.Version
-		onDraining := c.obs.DrainedBefore(owner, started)
+		onDraining := c.obs.DrainedBefore(owner, started, c.env.served(via))
 		c.mu.Lock()
 		c.stats.Requests++
 		if !c.rollout.IsZero() && started.After(c.rollout) {
@@ -360,7 +363,7 @@ func (c *Clients) user(ctx context.Context, id int) {
 			case <-time.After(time.Duration(200+rng.IntN(300)) * time.Millisecond):
 			}
 			sent := time.Now()
-			code, r, err := call(hc, "GET", base+"/app/cart")
+			code, r, _, err := call(hc, "GET", base+"/app/cart")
 			if err == nil && code == 200 && r.Pod == owner {
 				lastReply = time.Now()
 			}
@@ -382,7 +385,7 @@ func (c *Clients) user(ctx context.Context, id int) {
 		lastLogoutDraining = false
 		if rng.IntN(3) > 0 {
 			loggedOut := time.Now()
-			code, r, err := call(hc, "POST", base+"/logout")
+			code, r, via, err := call(hc, "POST", base+"/logout")
 			c.note(func(s *Stats) { s.Requests++ })
 			inFlight := err != nil && c.env.killedDuring(loggedOut, time.Now())
 			switch {
@@ -394,7 +397,7 @@ func (c *Clients) user(ctx context.Context, id int) {
 				c.note(func(s *Stats) { s.Misrouted++ })
 				c.misroute("user %d: logout of %s answered by %s (status %d, %v)", id, owner, r.Pod, code, err)
 			}
-			lastLogoutDraining = !inFlight && c.obs.DrainedBefore(owner, loggedOut)
+			lastLogoutDraining = !inFlight && c.obs.DrainedBefore(owner, loggedOut, c.env.served(via))
 			if err == nil && code == 200 && r.Pod == owner {
 				c.ended(owner, time.Now())
 			} else {
@@ -412,16 +415,32 @@ func (c *Clients) user(ctx context.Context, id int) {
 	}
 }
 
-func call(hc *http.Client, method, url string) (int, sessionapp.Reply, error) {
+// call sends one request and returns the answer and the client's side of
+// the connection that carried it (for Env.served).
+func call(hc *http.Client, method, url string) (int, sessionapp.Reply, string, error) {
+	var local string
 	req, _ := http.NewRequest(method, url, nil)
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		GotConn: func(ci httptrace.GotConnInfo) { local = ci.Conn.LocalAddr().String() },
+	}))
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, sessionapp.Reply{}, err
+		return 0, sessionapp.Reply{}, local, err
 	}
 	defer resp.Body.Close()
 	var r sessionapp.Reply
 	_ = json.NewDecoder(resp.Body).Decode(&r)
-	return resp.StatusCode, r, nil
+	return resp.StatusCode, r, local, nil
+}
+
+// served is the instance or ingress replica (its front address) that the
+// front sent the connection from local to; "" when it cannot say.
+func (e *Env) served(local string) string {
+	if local == "" {
+		return ""
+	}
+	via, _ := e.Front.TargetOf(local)
+	return via
 }
 
 // DrainRecord is one old pod's drain, as observed.
@@ -431,8 +450,11 @@ type DrainRecord struct {
 	// (deletionTimestamp less the grace period: whole seconds); Seen is
 	// when this observer, sampling every interval, first saw the pod
 	// terminating; Drained, when it first saw it draining on every
-	// HAProxy instance.
+	// HAProxy instance (behind an ingress: on every replica that lists
+	// it); DrainedOn, when on each instance or replica, by its front
+	// address.
 	Deleted, Seen, Drained time.Time
+	DrainedOn              map[string]time.Time
 	Gone, RemovedFromLB    time.Time
 	ServerDroppedEarly     bool // its server left an instance while the pod still existed
 	Undrained              bool // its server was active again on an instance after it drained everywhere
@@ -527,7 +549,7 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 			// deletionTimestamp is when the grace period ends; the delete
 			// request came a grace period before.
 			grace := time.Duration(ptr.Deref(p.DeletionGracePeriodSeconds, 0)) * time.Second
-			r = &DrainRecord{Pod: p.Name, Deleted: p.DeletionTimestamp.Add(-grace), Seen: now}
+			r = &DrainRecord{Pod: p.Name, Deleted: p.DeletionTimestamp.Add(-grace), Seen: now, DrainedOn: map[string]time.Time{}}
 			o.records[p.Name] = r
 		}
 		if podReady(&p) {
@@ -537,20 +559,35 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 		if err != nil {
 			continue
 		}
-		all := true
+		// Every HAProxy instance in rotation must list a terminating pod's
+		// server until the pod is gone. An ingress replica started during
+		// a drain may not list it (its users' requests say whether that
+		// matters): each replica is judged on what it listed.
+		perReplica := e.ingressKind != ""
+		all, listed := true, 0
 		for _, s := range states {
-			st, ok := s[ap]
-			if !ok && !r.Drained.IsZero() {
+			st, ok := s.states[ap]
+			if st == plan.Draining && r.DrainedOn[s.via].IsZero() {
+				r.DrainedOn[s.via] = now
+			}
+			drained := !r.Drained.IsZero()
+			if perReplica {
+				drained = !r.DrainedOn[s.via].IsZero()
+			}
+			if !ok && drained {
 				r.ServerDroppedEarly = true
 			}
-			if st != plan.Draining {
+			if ok {
+				listed++
+			}
+			if st != plan.Draining && (ok || !perReplica) {
 				all = false
 			}
-			if ok && st == plan.Active && !r.Drained.IsZero() {
+			if ok && st == plan.Active && drained {
 				r.Undrained = true
 			}
 		}
-		if all && r.Drained.IsZero() {
+		if all && listed > 0 && r.Drained.IsZero() {
 			r.Drained = now
 		}
 		if len(e.NGINXPlus) > 0 {
@@ -583,7 +620,7 @@ func (o *Observer) sample(ctx context.Context, e *Env) {
 		if r.RemovedFromLB.IsZero() {
 			in := false
 			for _, s := range states {
-				if _, ok := s[ap]; ok {
+				if _, ok := s.states[ap]; ok {
 					in = true
 				}
 			}
@@ -631,13 +668,21 @@ func findServer(servers []nginxplus.Server, addr string) (nginxplus.Server, bool
 	return nginxplus.Server{}, false
 }
 
-// DrainedBefore reports whether pod was draining on every HAProxy instance
-// before t.
-func (o *Observer) DrainedBefore(pod string, t time.Time) bool {
+// DrainedBefore reports whether pod was draining before t on the instance
+// or ingress replica via (its front address), or on every one when via is
+// "".
+func (o *Observer) DrainedBefore(pod string, t time.Time, via string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	r := o.records[pod]
-	return r != nil && !r.Drained.IsZero() && r.Drained.Before(t)
+	if r == nil {
+		return false
+	}
+	at := r.Drained
+	if via != "" {
+		at = r.DrainedOn[via]
+	}
+	return !at.IsZero() && at.Before(t)
 }
 
 // TerminatingBefore reports whether pod was seen terminating (deleted)
@@ -661,19 +706,30 @@ func (o *Observer) Records() []DrainRecord {
 	return out
 }
 
-// views are the load balancers' views of the app's servers, one map per
-// HAProxy instance (serving: only those that take traffic now, and nil if
-// one of those cannot be read), or the ingress's own. A map is nil when
-// it cannot be read.
-func (e *Env) views(ctx context.Context, serving bool) []map[netip.AddrPort]plan.State {
+// view is one load balancer's view of the app's servers: an HAProxy
+// instance's or an ingress replica's, named by the address the front
+// sends users to (via). states is nil when it cannot be read.
+type view struct {
+	via    string
+	states map[netip.AddrPort]plan.State
+}
+
+// views are the load balancers' views of the app's servers, one per
+// HAProxy instance or ingress replica (serving: only those that take
+// traffic now, and nil if one of those cannot be read).
+func (e *Env) views(ctx context.Context, serving bool) []view {
 	if e.ingressKind != "" {
-		v, err := e.ingressView(ctx)
-		if err != nil && serving {
-			return nil
+		var out []view
+		for _, ip := range e.ingressReplicas() {
+			v, err := ip.view(ctx)
+			if err != nil && serving {
+				return nil
+			}
+			out = append(out, view{via: ip.frontAddr(), states: v})
 		}
-		return []map[netip.AddrPort]plan.State{v}
+		return out
 	}
-	var states []map[netip.AddrPort]plan.State
+	var out []view
 	for _, h := range e.haproxies() {
 		// Only instances that take traffic count: one that is restarting,
 		// or not filled yet, answers its readiness check 503 and gets no
@@ -686,10 +742,14 @@ func (e *Env) views(ctx context.Context, serving bool) []map[netip.AddrPort]plan
 		if err != nil && serving {
 			return nil
 		}
-		states = append(states, st)
+		out = append(out, view{via: frontAddr(h.Port), states: st})
 	}
-	return states
+	return out
 }
+
+// frontAddr is the address the front sends users to for a proxy
+// listening on port.
+func frontAddr(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
 
 // RolloutDone reports whether every pod runs version and is ready, and
 // no old pod is left.
@@ -714,7 +774,7 @@ func (e *Env) Serving(ctx context.Context, version string, replicas int) bool {
 	if !e.RolloutDone(ctx, version, replicas) {
 		return false
 	}
-	n := 1 // the ingress
+	n := len(e.ingressReplicas())
 	if e.ingressKind == "" {
 		n = len(e.haproxies())
 		for i := range n {

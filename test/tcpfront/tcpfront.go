@@ -36,6 +36,10 @@ type Front struct {
 	next    int
 	open    int // connections sent with no healthy backend (failing open)
 	conns   map[net.Conn]bool
+	// routes are the latest connections' backends, by the client's
+	// address (its side of the connection): which one served a request.
+	routes     map[string]string
+	routeOrder []string
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -49,7 +53,7 @@ func Start(targets []Target, every time.Duration) (*Front, error) {
 		return nil, fmt.Errorf("tcpfront: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &Front{ln: ln, every: every, targets: targets, healthy: map[string]bool{}, conns: map[net.Conn]bool{}, cancel: cancel}
+	f := &Front{ln: ln, every: every, targets: targets, healthy: map[string]bool{}, conns: map[net.Conn]bool{}, routes: map[string]string{}, cancel: cancel}
 	f.check(ctx)
 	f.wg.Add(2)
 	go f.accept()
@@ -95,6 +99,32 @@ func (f *Front) FailOpens() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.open
+}
+
+// routesKept bounds how many recent connections TargetOf remembers.
+const routesKept = 8192
+
+// TargetOf is the backend the front sent the connection from client (the
+// client's local address, as the client sees it) to, among the latest
+// routesKept connections: which instance served a request.
+func (f *Front) TargetOf(client string) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.routes[client]
+	return t, ok
+}
+
+func (f *Front) routed(client, target string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.routes[client]; !ok {
+		f.routeOrder = append(f.routeOrder, client)
+	}
+	f.routes[client] = target
+	if len(f.routeOrder) > routesKept {
+		delete(f.routes, f.routeOrder[0])
+		f.routeOrder = f.routeOrder[1:]
+	}
 }
 
 // Close stops the balancer and closes every connection.
@@ -220,6 +250,7 @@ func (f *Front) serve(c net.Conn) {
 	for _, addr := range f.order() {
 		var err error
 		if up, err = net.DialTimeout("tcp", addr, time.Second); err == nil {
+			f.routed(c.RemoteAddr().String(), addr)
 			break
 		}
 	}

@@ -20,8 +20,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/stickydrain/stickydrain/drainctl/cli"
-	"github.com/stickydrain/stickydrain/drainctl/params"
+	"github.com/stickydrain/stickydrain/api"
+	"github.com/stickydrain/stickydrain/api/params"
 	"github.com/stickydrain/stickydrain/internal/cmdline/cmdlinetest"
 )
 
@@ -108,8 +108,8 @@ func countServer(t *testing.T, counts ...int) *httptest.Server {
 func TestWaitExitsWhenDrained(t *testing.T) {
 	srv := countServer(t, 3, 2, 0)
 	r := drainctl(t, "wait", "--url", srv.URL, "--interval", "50ms", "--min-wait", "0s", "--max-wait", "30s")
-	if r.code != cli.ExitDrained {
-		t.Fatalf("exit %d, want %d (drained)\nlog:\n%s\nstderr:\n%s", r.code, cli.ExitDrained, r.log, r.stderr)
+	if r.code != api.ExitDrained {
+		t.Fatalf("exit %d, want %d (drained)\nlog:\n%s\nstderr:\n%s", r.code, api.ExitDrained, r.log, r.stderr)
 	}
 	for _, want := range []string{"detected format number", "draining: 3 sessions left", "draining: 2 sessions left", "drained: 0 sessions left", "drained after"} {
 		if !strings.Contains(r.log, want) {
@@ -121,7 +121,7 @@ func TestWaitExitsWhenDrained(t *testing.T) {
 func TestWaitHoldsUntilMinWait(t *testing.T) {
 	srv := countServer(t, 0)
 	r := drainctl(t, "wait", "--url", srv.URL, "--interval", "50ms", "--min-wait", "600ms", "--max-wait", "30s")
-	if r.code != cli.ExitDrained {
+	if r.code != api.ExitDrained {
 		t.Fatalf("exit %d, want drained\n%s", r.code, r.log)
 	}
 	if r.duration < 600*time.Millisecond {
@@ -135,8 +135,8 @@ func TestWaitHoldsUntilMinWait(t *testing.T) {
 func TestWaitGivesUpAtMaxWait(t *testing.T) {
 	srv := countServer(t, 5)
 	r := drainctl(t, "wait", "--url", srv.URL, "--interval", "50ms", "--min-wait", "0s", "--max-wait", "400ms")
-	if r.code != cli.ExitMaxWait {
-		t.Fatalf("exit %d, want %d (max-wait)\n%s", r.code, cli.ExitMaxWait, r.log)
+	if r.code != api.ExitMaxWait {
+		t.Fatalf("exit %d, want %d (max-wait)\n%s", r.code, api.ExitMaxWait, r.log)
 	}
 	if !strings.Contains(r.stderr, "max-wait reached") {
 		t.Errorf("stderr lacks the summary the kubelet would put in its event: %q", r.stderr)
@@ -145,8 +145,8 @@ func TestWaitGivesUpAtMaxWait(t *testing.T) {
 
 func TestTimedDrainWithoutURL(t *testing.T) {
 	r := drainctl(t, "wait", "--min-wait", "0s", "--max-wait", "300ms")
-	if r.code != cli.ExitMaxWait {
-		t.Fatalf("exit %d, want %d\n%s", r.code, cli.ExitMaxWait, r.log)
+	if r.code != api.ExitMaxWait {
+		t.Fatalf("exit %d, want %d\n%s", r.code, api.ExitMaxWait, r.log)
 	}
 	if r.duration < 300*time.Millisecond {
 		t.Errorf("a timed drain of 300ms ended after %v", r.duration)
@@ -162,8 +162,8 @@ func TestWaitEndsWhenAppIsUnreachable(t *testing.T) {
 	}))
 	defer srv.Close()
 	r := drainctl(t, "wait", "--url", srv.URL, "--interval", "50ms", "--unreachable-limit", "3", "--max-wait", "30s")
-	if r.code != cli.ExitUnreachable {
-		t.Fatalf("exit %d, want %d (unreachable)\n%s", r.code, cli.ExitUnreachable, r.log)
+	if r.code != api.ExitUnreachable {
+		t.Fatalf("exit %d, want %d (unreachable)\n%s", r.code, api.ExitUnreachable, r.log)
 	}
 	if got := strings.Count(r.log, "poll failed"); got != 3 {
 		t.Errorf("%d failed polls logged, want 3:\n%s", got, r.log)
@@ -185,7 +185,7 @@ func TestWaitFailuresMustBeConsecutive(t *testing.T) {
 	}))
 	defer srv.Close()
 	r := drainctl(t, "wait", "--url", srv.URL, "--interval", "30ms", "--unreachable-limit", "2", "--min-wait", "0s", "--max-wait", "30s")
-	if r.code != cli.ExitDrained {
+	if r.code != api.ExitDrained {
 		t.Fatalf("exit %d, want drained: one failure between successes must not count as two\n%s", r.code, r.log)
 	}
 }
@@ -214,8 +214,8 @@ func TestWaitIsReleasedByAnnotation(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		writeAnnotations(t, podinfo, map[string]string{"app": "x", "stickydrain.io/release": "true"})
 	}, "wait", "--url", srv.URL, "--interval", "100ms", "--max-wait", "1m", "--podinfo", podinfo)
-	if r.code != cli.ExitReleased {
-		t.Fatalf("exit %d, want %d (released)\n%s", r.code, cli.ExitReleased, r.log)
+	if r.code != api.ExitReleased {
+		t.Fatalf("exit %d, want %d (released)\n%s", r.code, api.ExitReleased, r.log)
 	}
 	if !strings.Contains(r.log, `released by annotation stickydrain.io/release="true"`) {
 		t.Errorf("log:\n%s", r.log)
@@ -227,8 +227,8 @@ func TestWaitHonoursShorterMaxWaitAnnotation(t *testing.T) {
 	podinfo := filepath.Join(t.TempDir(), "annotations")
 	writeAnnotations(t, podinfo, map[string]string{"stickydrain.io/max-wait": "300ms"})
 	r := drainctl(t, "wait", "--url", srv.URL, "--interval", "100ms", "--min-wait", "0s", "--max-wait", "1h", "--podinfo", podinfo)
-	if r.code != cli.ExitMaxWait {
-		t.Fatalf("exit %d, want %d\n%s", r.code, cli.ExitMaxWait, r.log)
+	if r.code != api.ExitMaxWait {
+		t.Fatalf("exit %d, want %d\n%s", r.code, api.ExitMaxWait, r.log)
 	}
 	if !strings.Contains(r.log, "max-wait shortened from 1h0m0s to 300ms") {
 		t.Errorf("log:\n%s", r.log)
@@ -241,8 +241,8 @@ func TestWaitStopsOnSIGTERM(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		p.Signal(syscall.SIGTERM)
 	}, "wait", "--url", srv.URL, "--interval", "10s", "--max-wait", "1h")
-	if r.code != cli.ExitInterrupted {
-		t.Fatalf("exit %d, want %d (interrupted)\n%s", r.code, cli.ExitInterrupted, r.log)
+	if r.code != api.ExitInterrupted {
+		t.Fatalf("exit %d, want %d (interrupted)\n%s", r.code, api.ExitInterrupted, r.log)
 	}
 	if r.duration > 5*time.Second {
 		t.Errorf("took %v to stop on SIGTERM: it should not wait out its interval", r.duration)
@@ -256,8 +256,8 @@ func TestWaitStopsOnSIGTERM(t *testing.T) {
 func TestWaitIgnoresFlagsOfANewerWebhook(t *testing.T) {
 	srv := countServer(t, 2, 0)
 	r := drainctl(t, "wait", "--url="+srv.URL, "--interval=50ms", "--drain-from-the-future=yes", "--min-wait=0s", "--max-wait=30s", "--another-new-switch")
-	if r.code != cli.ExitDrained {
-		t.Fatalf("exit %d, want %d (drained)\nlog:\n%s\nstderr:\n%s", r.code, cli.ExitDrained, r.log, r.stderr)
+	if r.code != api.ExitDrained {
+		t.Fatalf("exit %d, want %d (drained)\nlog:\n%s\nstderr:\n%s", r.code, api.ExitDrained, r.log, r.stderr)
 	}
 	for _, want := range []string{"ignoring --drain-from-the-future=yes: not a flag of drainctl", "ignoring --another-new-switch", "drained: 0 sessions left"} {
 		if !strings.Contains(r.log, want) {
@@ -267,7 +267,7 @@ func TestWaitIgnoresFlagsOfANewerWebhook(t *testing.T) {
 	// What follows -- is the pod's own command, never taken for a flag.
 	marker := filepath.Join(t.TempDir(), "marker")
 	r = drainctl(t, "wait", "--min-wait=0s", "--max-wait=100ms", "--", "/bin/sh", "-c", "echo $0 > "+marker, "--not-ours")
-	if r.code != cli.ExitMaxWait || strings.Contains(r.log, "ignoring") {
+	if r.code != api.ExitMaxWait || strings.Contains(r.log, "ignoring") {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.log, r.stderr)
 	}
 	if b, err := os.ReadFile(marker); err != nil || string(b) != "--not-ours\n" {
@@ -302,8 +302,8 @@ func TestWaitRunsThePodsOwnSleepAndHTTPGetFirst(t *testing.T) {
 	start := time.Now()
 	r := drainctl(t, "wait", "--url="+srv.URL+"/count", "--interval=50ms", "--min-wait=0s", "--max-wait=30s",
 		"--pre-sleep=400ms", "--pre-http-get="+srv.URL+"/pre-stop?who=pod", "--pre-http-header=X-Drain: yes")
-	if r.code != cli.ExitDrained {
-		t.Fatalf("exit %d, want %d (drained)\nlog:\n%s\nstderr:\n%s", r.code, cli.ExitDrained, r.log, r.stderr)
+	if r.code != api.ExitDrained {
+		t.Fatalf("exit %d, want %d (drained)\nlog:\n%s\nstderr:\n%s", r.code, api.ExitDrained, r.log, r.stderr)
 	}
 	mu.Lock()
 	gotCalls, gotPre, gotPoll := slices.Clone(calls), preAt, firstPoll
@@ -320,7 +320,7 @@ func TestWaitRunsThePodsOwnSleepAndHTTPGetFirst(t *testing.T) {
 		}
 	}
 	r = drainctl(t, "wait", "--url="+srv.URL+"/count", "--interval=50ms", "--min-wait=0s", "--max-wait=30s", "--pre-http-get="+srv.URL+"/broken")
-	if r.code != cli.ExitDrained || !strings.Contains(r.log, "answered 500 Internal Server Error; draining anyway") {
+	if r.code != api.ExitDrained || !strings.Contains(r.log, "answered 500 Internal Server Error; draining anyway") {
 		t.Errorf("a failing httpGet hook: exit %d\n%s", r.code, r.log)
 	}
 }
@@ -328,7 +328,7 @@ func TestWaitRunsThePodsOwnSleepAndHTTPGetFirst(t *testing.T) {
 func TestWaitRunsTheOriginalHookFirst(t *testing.T) {
 	marker := filepath.Join(t.TempDir(), "marker")
 	r := drainctl(t, "wait", "--min-wait", "0s", "--max-wait", "100ms", "--", "/bin/sh", "-c", "echo original > "+marker)
-	if r.code != cli.ExitMaxWait {
+	if r.code != api.ExitMaxWait {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.log, r.stderr)
 	}
 	if b, err := os.ReadFile(marker); err != nil || string(b) != "original\n" {
@@ -339,7 +339,7 @@ func TestWaitRunsTheOriginalHookFirst(t *testing.T) {
 func TestWaitJSONLog(t *testing.T) {
 	srv := countServer(t, 1, 0)
 	r := drainctl(t, "wait", "--url", srv.URL, "--interval", "50ms", "--min-wait", "0s", "--log-format", "json")
-	if r.code != cli.ExitDrained {
+	if r.code != api.ExitDrained {
 		t.Fatalf("exit %d\n%s", r.code, r.log)
 	}
 	var events []string
@@ -380,8 +380,8 @@ func TestUsageErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			r := drainctl(t, tt.args...)
-			if r.code != cli.ExitUsage {
-				t.Errorf("exit %d, want %d (usage)", r.code, cli.ExitUsage)
+			if r.code != api.ExitUsage {
+				t.Errorf("exit %d, want %d (usage)", r.code, api.ExitUsage)
 			}
 			if !strings.Contains(r.stderr, tt.want) {
 				t.Errorf("stderr %q lacks %q", r.stderr, tt.want)
@@ -410,8 +410,8 @@ func TestCount(t *testing.T) {
 	}
 	down := httptest.NewServer(http.NotFoundHandler())
 	defer down.Close()
-	if r := drainctl(t, "count", "--url", down.URL); r.code != cli.ExitUnreachable {
-		t.Errorf("count against a 404: exit %d, want %d", r.code, cli.ExitUnreachable)
+	if r := drainctl(t, "count", "--url", down.URL); r.code != api.ExitUnreachable {
+		t.Errorf("count against a 404: exit %d, want %d", r.code, api.ExitUnreachable)
 	}
 }
 
@@ -443,8 +443,8 @@ func TestInstall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the installed copy cannot reinstall itself: %v: %s", err, out)
 	}
-	if r := drainctl(t, "install", filepath.Join(dir, "missing")); r.code != cli.ExitError {
-		t.Errorf("install into a missing directory: exit %d, want %d", r.code, cli.ExitError)
+	if r := drainctl(t, "install", filepath.Join(dir, "missing")); r.code != api.ExitError {
+		t.Errorf("install into a missing directory: exit %d, want %d", r.code, api.ExitError)
 	}
 }
 

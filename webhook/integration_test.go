@@ -24,13 +24,13 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/certs"
 	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/e2e"
 	"github.com/stickydrain/stickydrain/test/podhost"
 	"github.com/stickydrain/stickydrain/test/sessionapp"
 	"github.com/stickydrain/stickydrain/test/testbin"
-	"github.com/stickydrain/stickydrain/webhook/inject"
 )
 
 const drainctlImage = "ghcr.io/stickydrain/drainctl:test"
@@ -84,7 +84,7 @@ func installWebhookConfigurations(t *testing.T, c *cluster.Cluster, port int, ca
 // optedIn labels a pod template in: a DaemonSet's pods are out of a
 // Namespace opt-in's default scope.
 func optedIn(tpl corev1.PodTemplateSpec) corev1.PodTemplateSpec {
-	tpl.Labels[inject.OptInLabel] = inject.LabelEnabled
+	tpl.Labels[api.OptInLabel] = api.LabelEnabled
 	return tpl
 }
 
@@ -140,9 +140,9 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 	defer cancel()
 	k := c.Client
 	must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name: "shop", Labels: map[string]string{inject.OptInLabel: inject.LabelEnabled},
+		Name: "shop", Labels: map[string]string{api.OptInLabel: api.LabelEnabled},
 		// Namespace-wide defaults, which the pods' annotations override.
-		Annotations: map[string]string{inject.AnnotationMaxWait: "2h", inject.AnnotationInterval: "200ms"},
+		Annotations: map[string]string{api.AnnotationMaxWait: "2h", api.AnnotationInterval: "200ms"},
 	}}))
 	must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "plain"}}))
 
@@ -150,36 +150,36 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 	// until a dry-run pod comes back mutated.
 	poll(t, ctx, "the webhook configuration in effect", func() bool {
 		// A bare pod: only its own label opts it in.
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: "shop", Labels: map[string]string{inject.OptInLabel: inject.LabelEnabled}},
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: "shop", Labels: map[string]string{api.OptInLabel: api.LabelEnabled}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "sessionapp"}}}}
 		if err := k.Create(ctx, p, client.DryRunAll); err != nil {
 			return false
 		}
-		return p.Annotations[inject.AnnotationStatus] == inject.StatusInjected
+		return p.Annotations[api.AnnotationStatus] == api.StatusInjected
 	})
 
 	// A bad annotation is refused at apply, naming the annotation and the
 	// form, for every kind of workload.
 	ss := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: "shop"}, Spec: appsv1.StatefulSetSpec{
 		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "bad"}},
-		Template: sessionDeployment("shop", "bad", map[string]string{inject.AnnotationDrainctl: "sidecar"}).Spec.Template}}
+		Template: sessionDeployment("shop", "bad", map[string]string{api.AnnotationDrainctl: "sidecar"}).Spec.Template}}
 	if err := k.Create(ctx, ss); err == nil || !strings.Contains(err.Error(), `annotation stickydrain.io/drainctl="sidecar"`) {
 		t.Fatalf("bad StatefulSet: error %v", err)
 	}
 	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: "shop"}, Spec: appsv1.DaemonSetSpec{
 		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "bad"}},
-		Template: optedIn(sessionDeployment("shop", "bad", map[string]string{inject.AnnotationContainer: "nope"}).Spec.Template)}}
+		Template: optedIn(sessionDeployment("shop", "bad", map[string]string{api.AnnotationContainer: "nope"}).Spec.Template)}}
 	if err := k.Create(ctx, ds); err == nil || !strings.Contains(err.Error(), `annotation stickydrain.io/container="nope"`) {
 		t.Fatalf("bad DaemonSet: error %v", err)
 	}
-	err = k.Create(ctx, sessionDeployment("shop", "bad", map[string]string{inject.AnnotationMaxWait: "12"}))
+	err = k.Create(ctx, sessionDeployment("shop", "bad", map[string]string{api.AnnotationMaxWait: "12"}))
 	if err == nil || !strings.Contains(err.Error(), `annotation stickydrain.io/max-wait: "12" is not a duration; want a number with a unit`) {
 		t.Fatalf("bad Deployment: error %v, want the max-wait message", err)
 	}
 	// So is a bare pod with the same mistake, by the mutating webhook.
 	err = k.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: "shop",
-		Labels:      map[string]string{inject.OptInLabel: inject.LabelEnabled},
-		Annotations: map[string]string{inject.AnnotationFormat: "xml"}},
+		Labels:      map[string]string{api.OptInLabel: api.LabelEnabled},
+		Annotations: map[string]string{api.AnnotationFormat: "xml"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "sessionapp"}}}})
 	if err == nil || !strings.Contains(err.Error(), `annotation stickydrain.io/format: "xml" is not one of`) {
 		t.Fatalf("bad pod: error %v, want the format message", err)
@@ -195,13 +195,13 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 	// Outside opted-in namespaces the validating webhook receives only the
 	// workloads whose template opts in (a matchCondition): such a one with
 	// a mistake is refused at apply; any other is never sent to it.
-	optedInPlain := sessionDeployment("plain", "opted", map[string]string{inject.AnnotationMaxWait: "12"})
+	optedInPlain := sessionDeployment("plain", "opted", map[string]string{api.AnnotationMaxWait: "12"})
 	optedInPlain.Spec.Template = optedIn(optedInPlain.Spec.Template)
 	poll(t, ctx, "a template-opted-in Deployment with a mistake refused outside opted-in namespaces", func() bool {
 		err := k.Create(ctx, optedInPlain.DeepCopy(), client.DryRunAll)
 		return err != nil && strings.Contains(err.Error(), `annotation stickydrain.io/max-wait: "12" is not a duration`)
 	})
-	must(t, k.Create(ctx, sessionDeployment("plain", "other", map[string]string{inject.AnnotationMaxWait: "12"}), client.DryRunAll))
+	must(t, k.Create(ctx, sessionDeployment("plain", "other", map[string]string{api.AnnotationMaxWait: "12"}), client.DryRunAll))
 	if m := scrape(t, c, metricsPort); strings.Contains(m, `reason="not-opted-in",result="allowed",webhook="validate-deployment"`) {
 		t.Errorf("the validating webhook received a Deployment that does not opt in:\n%s", m)
 	}
@@ -209,8 +209,8 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 	// A Deployment's pod, made by the real ReplicaSet controller, is stored
 	// mutated.
 	must(t, k.Create(ctx, sessionDeployment("shop", "web", map[string]string{
-		inject.AnnotationURL: "http://localhost:8080/sessions", inject.AnnotationFormat: "number",
-		inject.AnnotationMinWait: "1s", inject.AnnotationMaxWait: "60s",
+		api.AnnotationURL: "http://localhost:8080/sessions", api.AnnotationFormat: "number",
+		api.AnnotationMinWait: "1s", api.AnnotationMaxWait: "60s",
 	})))
 	var pod corev1.Pod
 	poll(t, ctx, "the Deployment's pod running and ready", func() bool {
@@ -226,8 +226,8 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 		}
 		return false
 	})
-	if pod.Annotations[inject.AnnotationStatus] != inject.StatusInjected {
-		t.Errorf("stored pod lacks %s", inject.AnnotationStatus)
+	if pod.Annotations[api.AnnotationStatus] != api.StatusInjected {
+		t.Errorf("stored pod lacks %s", api.AnnotationStatus)
 	}
 	if len(pod.Spec.InitContainers) != 1 || pod.Spec.InitContainers[0].Image != drainctlImage {
 		t.Errorf("init containers %+v", pod.Spec.InitContainers)

@@ -18,8 +18,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/test/cluster"
-	"github.com/stickydrain/stickydrain/webhook/dryrun"
 	"github.com/stickydrain/stickydrain/webhook/inject"
 )
 
@@ -65,8 +65,8 @@ func TestWebhookScopeWarningsAndDryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{inject.OptInLabel: inject.LabelEnabled}}}))
-	must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "look", Labels: map[string]string{inject.OptInLabel: inject.LabelDryRun}}}))
+	must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{api.OptInLabel: api.LabelEnabled}}}))
+	must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "look", Labels: map[string]string{api.OptInLabel: api.LabelDryRun}}}))
 
 	// As the quick start's user first wrote it: no session URL, no probe,
 	// no port, the default max-wait of 1h.
@@ -97,7 +97,7 @@ func TestWebhookScopeWarningsAndDryRun(t *testing.T) {
 	}
 	// The mutating webhook says the same at pod creation (here a pod
 	// opting itself in, as the ReplicaSet controller's pod would).
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "careless", Namespace: "shop", Labels: map[string]string{inject.OptInLabel: inject.LabelEnabled}},
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "careless", Namespace: "shop", Labels: map[string]string{api.OptInLabel: api.LabelEnabled}},
 		Spec: careless("x").Spec.Template.Spec}
 	if _, err := cs.CoreV1().Pods("shop").Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 		t.Fatal(err)
@@ -106,8 +106,8 @@ func TestWebhookScopeWarningsAndDryRun(t *testing.T) {
 		t.Errorf("creating the careless pod printed\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	// A session URL, but polled less often than the drain may last.
-	impatient := sessionDeployment("shop", "impatient", map[string]string{inject.AnnotationURL: "http://localhost:8080/sessions",
-		inject.AnnotationMaxWait: "5m", inject.AnnotationInterval: "10m"})
+	impatient := sessionDeployment("shop", "impatient", map[string]string{api.AnnotationURL: "http://localhost:8080/sessions",
+		api.AnnotationMaxWait: "5m", api.AnnotationInterval: "10m"})
 	if _, err := cs.AppsV1().Deployments("shop").Create(ctx, impatient, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestWebhookScopeWarningsAndDryRun(t *testing.T) {
 		t.Errorf("kubectl apply of a Deployment polling every 10m with a 5m max-wait printed\n%s\nwant\n%s", strings.Join(got, "\n"), wantInterval)
 	}
 	// Written as the samples are: no warning.
-	good := sessionDeployment("shop", "good", map[string]string{inject.AnnotationURL: "http://localhost:8080/sessions", inject.AutoscalerSafeToEvict: "false"})
+	good := sessionDeployment("shop", "good", map[string]string{api.AnnotationURL: "http://localhost:8080/sessions", inject.AutoscalerSafeToEvict: "false"})
 	if _, err := cs.AppsV1().Deployments("shop").Create(ctx, good, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -142,17 +142,17 @@ func TestWebhookScopeWarningsAndDryRun(t *testing.T) {
 		{"db-0", owned("StatefulSet", "db", "00000000-0000-0000-0000-000000000001"), true},
 	} {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: "shop", OwnerReferences: tc.owners,
-			Annotations: map[string]string{inject.AnnotationURL: "http://localhost:8080/sessions"}},
+			Annotations: map[string]string{api.AnnotationURL: "http://localhost:8080/sessions"}},
 			Spec: sessionDeployment("shop", "x", nil).Spec.Template.Spec}
 		must(t, k.Create(ctx, p, client.DryRunAll))
-		if hooked := p.Annotations[inject.AnnotationStatus] == inject.StatusInjected; hooked != tc.hooked {
+		if hooked := p.Annotations[api.AnnotationStatus] == api.StatusInjected; hooked != tc.hooked {
 			t.Errorf("pod %s (owners %v): injected %v, want %v", tc.name, tc.owners, hooked, tc.hooked)
 		}
 	}
 
 	// Dry run: the Deployment's pod is created unchanged, annotated, and
 	// gets an Event saying what the drain would have been.
-	must(t, k.Create(ctx, sessionDeployment("look", "web", map[string]string{inject.AnnotationURL: "http://localhost:8080/sessions", inject.AnnotationMaxWait: "20m"})))
+	must(t, k.Create(ctx, sessionDeployment("look", "web", map[string]string{api.AnnotationURL: "http://localhost:8080/sessions", api.AnnotationMaxWait: "20m"})))
 	var looked corev1.Pod
 	poll(t, ctx, "the dry-run Deployment's pod", func() bool {
 		var pods corev1.PodList
@@ -163,13 +163,13 @@ func TestWebhookScopeWarningsAndDryRun(t *testing.T) {
 		return true
 	})
 	ctr := looked.Spec.Containers[0]
-	if ctr.Lifecycle != nil || len(looked.Spec.InitContainers) > 0 || ptr.Deref(looked.Spec.TerminationGracePeriodSeconds, 30) != 30 || looked.Annotations[inject.AnnotationStatus] != "" {
+	if ctr.Lifecycle != nil || len(looked.Spec.InitContainers) > 0 || ptr.Deref(looked.Spec.TerminationGracePeriodSeconds, 30) != 30 || looked.Annotations[api.AnnotationStatus] != "" {
 		t.Errorf("a dry-run pod was changed: lifecycle %v, init containers %d, grace %v", ctr.Lifecycle, len(looked.Spec.InitContainers), looked.Spec.TerminationGracePeriodSeconds)
 	}
-	summary := looked.Annotations[inject.AnnotationDryRun]
+	summary := looked.Annotations[api.AnnotationDryRun]
 	for _, s := range []string{`would hook container app with preStop "/stickydrain/bin/drainctl wait`, "--url=http://localhost:8080/sessions", "terminationGracePeriodSeconds 30 -> 1240"} {
 		if !strings.Contains(summary, s) {
-			t.Errorf("annotation %s lacks %q: %q", inject.AnnotationDryRun, s, summary)
+			t.Errorf("annotation %s lacks %q: %q", api.AnnotationDryRun, s, summary)
 		}
 	}
 	poll(t, ctx, "the DrainDryRun Event on the pod", func() bool {
@@ -178,7 +178,7 @@ func TestWebhookScopeWarningsAndDryRun(t *testing.T) {
 			return false
 		}
 		for _, e := range evs.Items {
-			if e.Regarding.Name == looked.Name && e.Reason == dryrun.ReasonDryRun && strings.Contains(e.Note, summary) {
+			if e.Regarding.Name == looked.Name && e.Reason == api.ReasonDryRun && strings.Contains(e.Note, summary) {
 				return true
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/plan"
@@ -186,7 +187,7 @@ func (r *Reconciler) checkLost(ctx context.Context, svc *corev1.Service, lb *con
 	logf.FromContext(ctx).Info("load-balancer instance lost every server of the upstream (a restart or reload); refilling it", "upstream", u.String(),
 		"instance", inst.ID(), "servers", len(want), "hint", hint)
 	if svc != nil {
-		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonStateLost, "Repair",
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, api.ReasonStateLost, "Repair",
 			"instance %s of %s came back from a restart or reload without any of upstream %s's %d servers; refilling it. To keep them: %s",
 			inst.ID(), u.LB, u.Upstream, len(want), hint)
 	}

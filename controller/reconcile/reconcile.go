@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/backend/nginxplus"
@@ -39,26 +40,6 @@ import (
 	"github.com/stickydrain/stickydrain/controller/plan"
 	endpoints "github.com/stickydrain/stickydrain/controller/source"
 	"github.com/stickydrain/stickydrain/controller/tenancy"
-)
-
-// Service annotations.
-const (
-	// AnnotationUpstreams maps a Service onto load-balancer upstreams:
-	// "<lb>/<upstream>[,<lb>/<upstream>…]", lb a name from the configuration.
-	AnnotationUpstreams = "stickydrain.io/upstreams"
-	// AnnotationPort picks the Service port (name or number) whose
-	// endpoints become servers. Default: the only port.
-	AnnotationPort = "stickydrain.io/port"
-)
-
-// Event reasons.
-const (
-	ReasonDraining         = "Draining"
-	ReasonRemoved          = "Removed"
-	ReasonUpstreamConflict = "UpstreamConflict"
-	ReasonBadMapping       = "BadUpstreamMapping"
-	ReasonApplyFailed      = "LoadBalancerError"
-	ReasonStateLost        = "LoadBalancerStateLost"
 )
 
 // InstanceFactory makes a backend.Instance from an address.
@@ -161,13 +142,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// Services by the upstreams they map, so that deciding who owns an
 	// upstream reads the few Services mapping it, not every Service.
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Service{}, indexUpstream, func(o client.Object) []string {
-		return upstreamKeys(o.GetAnnotations()[AnnotationUpstreams])
+		return upstreamKeys(o.GetAnnotations()[api.AnnotationUpstreams])
 	}); err != nil {
 		return fmt.Errorf("indexing Services by upstream: %w", err)
 	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Service{}, indexLB, func(o client.Object) []string {
 		var lbs []string
-		for _, k := range upstreamKeys(o.GetAnnotations()[AnnotationUpstreams]) {
+		for _, k := range upstreamKeys(o.GetAnnotations()[api.AnnotationUpstreams]) {
 			if lb, _, ok := strings.Cut(k, "/"); ok && !slices.Contains(lbs, lb) {
 				lbs = append(lbs, lb)
 			}
@@ -179,7 +160,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("stickydrain").
 		For(&corev1.Service{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			_, ok := o.GetAnnotations()[AnnotationUpstreams]
+			_, ok := o.GetAnnotations()[api.AnnotationUpstreams]
 			r.mu.Lock()
 			_, had := r.known[client.ObjectKeyFromObject(o)]
 			r.mu.Unlock()
@@ -213,7 +194,7 @@ func (r *Reconciler) SetConfig(ctx context.Context, c *config.Config) error {
 		return fmt.Errorf("listing Services to apply the new configuration: %w", err)
 	}
 	for i := range list.Items {
-		if _, ok := list.Items[i].Annotations[AnnotationUpstreams]; ok {
+		if _, ok := list.Items[i].Annotations[api.AnnotationUpstreams]; ok {
 			known = append(known, client.ObjectKeyFromObject(&list.Items[i]))
 		}
 	}
@@ -278,7 +259,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
 	}
-	annotation, mapped := svc.Annotations[AnnotationUpstreams]
+	annotation, mapped := svc.Annotations[api.AnnotationUpstreams]
 	if apierrors.IsNotFound(err) || !mapped || svc.DeletionTimestamp != nil {
 		// The Service is gone or no longer mapped: empty what it owned.
 		if held := r.release(ctx, policy, req.NamespacedName, nil, nil, nil); len(held) > 0 {
@@ -294,7 +275,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	ups, err := ParseUpstreams(annotation, cfg)
 	if err != nil {
-		r.Recorder.Eventf(&svc, nil, corev1.EventTypeWarning, ReasonBadMapping, "Map", "%v", err)
+		r.Recorder.Eventf(&svc, nil, corev1.EventTypeWarning, api.ReasonBadMapping, "Map", "%v", err)
 		r.settleRefused(ctx, req.NamespacedName, annotation)
 		return ctrl.Result{}, nil
 	}
@@ -307,11 +288,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.List(ctx, &slices, client.InNamespace(svc.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
 		return ctrl.Result{}, err
 	}
-	desired, err := endpoints.Desired(slices.Items, svc.Annotations[AnnotationPort], endpoints.Options{
+	desired, err := endpoints.Desired(slices.Items, svc.Annotations[api.AnnotationPort], endpoints.Options{
 		DrainNotReady: cfg.DrainNotReady, KeepDrainingWhenNotServing: cfg.KeepDrainingWhenNotServing,
 	})
 	if err != nil {
-		r.Recorder.Eventf(&svc, nil, corev1.EventTypeWarning, ReasonBadMapping, "Map", "%v", err)
+		r.Recorder.Eventf(&svc, nil, corev1.EventTypeWarning, api.ReasonBadMapping, "Map", "%v", err)
 		r.settleRefused(ctx, req.NamespacedName, annotation)
 		return ctrl.Result{}, nil
 	}
@@ -484,7 +465,7 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 	if answered > 0 {
 		for a, e := range desired {
 			if e.State == plan.Draining {
-				r.announce(e, u, a, ReasonDraining, fmt.Sprintf("server %s draining on %s (%d of %d instances): bound sessions stay, new ones go elsewhere", a, u, answered, len(results)))
+				r.announce(e, u, a, api.ReasonDraining, fmt.Sprintf("server %s draining on %s (%d of %d instances): bound sessions stay, new ones go elsewhere", a, u, answered, len(results)))
 			}
 		}
 	}
@@ -513,7 +494,7 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 		}
 		r.mu.Unlock()
 		for _, g := range gone {
-			r.announce(g.pod, u, g.addr, ReasonRemoved, fmt.Sprintf("server %s removed from %s (%d of %d instances): the pod is gone", g.addr, u, answered, len(results)))
+			r.announce(g.pod, u, g.addr, api.ReasonRemoved, fmt.Sprintf("server %s removed from %s (%d of %d instances): the pod is gone", g.addr, u, answered, len(results)))
 		}
 	}
 	out := make([]instanceOutcome, len(results))
@@ -531,9 +512,9 @@ func (r *Reconciler) announce(e endpoints.Endpoint, u upstreamRef, a netip.AddrP
 	r.mu.Lock()
 	done := r.announced[key]
 	r.announced[key] = true
-	if reason == ReasonRemoved {
+	if reason == api.ReasonRemoved {
 		// The address may come back with another pod: forget it.
-		delete(r.announced, u.String()+"|"+a.String()+"|"+ReasonDraining)
+		delete(r.announced, u.String()+"|"+a.String()+"|"+api.ReasonDraining)
 		delete(r.announced, key)
 	}
 	r.mu.Unlock()

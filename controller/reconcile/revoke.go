@@ -11,14 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/controller/config"
 	endpoints "github.com/stickydrain/stickydrain/controller/source"
 	"github.com/stickydrain/stickydrain/controller/tenancy"
 )
-
-// ReasonConfigurationRefused is the Event reason on a Service whose
-// servers a refused configuration change would have taken out.
-const ReasonConfigurationRefused = "ConfigurationChangeRefused"
 
 // Revocation is one thing a configuration change would take out of a live
 // upstream: a Service's mapping, or one of its servers.
@@ -62,7 +59,7 @@ func (r *Reconciler) Revoked(ctx context.Context, next *config.Config) ([]Revoca
 	var out []Revocation
 	for i := range list.Items {
 		svc := &list.Items[i]
-		ann, mapped := svc.Annotations[AnnotationUpstreams]
+		ann, mapped := svc.Annotations[api.AnnotationUpstreams]
 		if !mapped || svc.DeletionTimestamp != nil {
 			continue
 		}
@@ -75,7 +72,7 @@ func (r *Reconciler) Revoked(ctx context.Context, next *config.Config) ([]Revoca
 		if err := r.Client.List(ctx, &sl, client.InNamespace(svc.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
 			return nil, fmt.Errorf("listing the EndpointSlices of %s: %w", key, err)
 		}
-		desired, err := endpoints.Desired(sl.Items, svc.Annotations[AnnotationPort], endpoints.Options{
+		desired, err := endpoints.Desired(sl.Items, svc.Annotations[api.AnnotationPort], endpoints.Options{
 			DrainNotReady: cur.DrainNotReady, KeepDrainingWhenNotServing: cur.KeepDrainingWhenNotServing,
 		})
 		if err != nil || len(desired) == 0 {
@@ -130,7 +127,7 @@ func (r *Reconciler) RefuseRevocations(ctx context.Context, revs []Revocation) {
 		if err := r.Client.Get(ctx, v.Service, &svc); err != nil {
 			continue
 		}
-		r.Recorder.Eventf(&svc, nil, corev1.EventTypeWarning, ReasonConfigurationRefused, action("Reconfigure", v.Upstream),
-			"the controller refused a configuration change that would take %s; its servers are kept. To take them out on purpose, remove this Service's %s annotation first", v, AnnotationUpstreams)
+		r.Recorder.Eventf(&svc, nil, corev1.EventTypeWarning, api.ReasonConfigurationRefused, action("Reconfigure", v.Upstream),
+			"the controller refused a configuration change that would take %s; its servers are kept. To take them out on purpose, remove this Service's %s annotation first", v, api.AnnotationUpstreams)
 	}
 }

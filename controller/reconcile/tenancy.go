@@ -16,14 +16,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/stickydrain/stickydrain/api"
 	endpoints "github.com/stickydrain/stickydrain/controller/source"
 	"github.com/stickydrain/stickydrain/controller/tenancy"
-)
-
-// Event reasons of tenancy refusals.
-const (
-	ReasonUpstreamNotAllowed = "UpstreamNotAllowed"
-	ReasonEndpointNotAllowed = "EndpointNotAllowed"
 )
 
 // action is an Event's action, what the controller did or refused to do
@@ -84,7 +79,7 @@ func (r *Reconciler) ownerOf(ctx context.Context, p *tenancy.Policy, u upstreamR
 		if o.DeletionTimestamp != nil || (owner != nil && !older(o, owner)) {
 			continue
 		}
-		ups, err := ParseUpstreams(o.Annotations[AnnotationUpstreams], r.cfg())
+		ups, err := ParseUpstreams(o.Annotations[api.AnnotationUpstreams], r.cfg())
 		if err != nil || !slices.Contains(ups, u) {
 			continue
 		}
@@ -116,7 +111,7 @@ func (r *Reconciler) owned(ctx context.Context, p *tenancy.Policy, svc *corev1.S
 			r.Metrics.refusals.WithLabelValues(u.LB, string(v.Reason)).Inc()
 			// The action names the upstream: events of one object, reason
 			// and action form one series, whose note is the first one's.
-			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonUpstreamNotAllowed, action("Map", u.String()), "%s; no load balancer was changed for it", v.Message)
+			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, api.ReasonUpstreamNotAllowed, action("Map", u.String()), "%s; no load balancer was changed for it", v.Message)
 			continue
 		}
 		owner, err := r.ownerOf(ctx, p, u)
@@ -124,7 +119,7 @@ func (r *Reconciler) owned(ctx context.Context, p *tenancy.Policy, svc *corev1.S
 			return nil, nil, err
 		}
 		if owner != nil && client.ObjectKeyFromObject(owner) != key {
-			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonUpstreamConflict, action("Map", u.String()),
+			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, api.ReasonUpstreamConflict, action("Map", u.String()),
 				"upstream %s is already mapped from Service %s/%s, created first; stickydrain owns each upstream's membership for one Service only (pin it with the configuration's upstreams[].owner)", u, owner.Namespace, owner.Name)
 			continue
 		}
@@ -162,7 +157,7 @@ func (r *Reconciler) release(ctx context.Context, p *tenancy.Policy, key types.N
 			continue
 		}
 		if v, was := refused[u]; was && svc != nil {
-			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonUpstreamNotAllowed, action("Withdraw", u.String()),
+			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, api.ReasonUpstreamNotAllowed, action("Withdraw", u.String()),
 				"servers removed from %s: %s", u, v.Message)
 		}
 	}
@@ -188,7 +183,7 @@ func (r *Reconciler) admitted(ctx context.Context, p *tenancy.Policy, svc *corev
 		}
 		if !v.Allowed {
 			r.Metrics.refusals.WithLabelValues(lb, string(v.Reason)).Inc()
-			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonEndpointNotAllowed, action("Admit", a.Addr().String()+" on "+lb), "%s; it is not a server of load balancer %s", v.Message, lb)
+			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, api.ReasonEndpointNotAllowed, action("Admit", a.Addr().String()+" on "+lb), "%s; it is not a server of load balancer %s", v.Message, lb)
 			continue
 		}
 		out[a] = e
@@ -245,7 +240,7 @@ func (r *Reconciler) mapNamespace(ctx context.Context, o client.Object) []ctrl.R
 	}
 	var reqs []ctrl.Request
 	for i := range list.Items {
-		if _, ok := list.Items[i].Annotations[AnnotationUpstreams]; ok {
+		if _, ok := list.Items[i].Annotations[api.AnnotationUpstreams]; ok {
 			reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/controller/config"
 )
 
@@ -26,19 +27,19 @@ func ParseUpstreams(v string, cfg *config.Config) ([]upstreamRef, error) {
 		}
 		lb, up, ok := strings.Cut(part, "/")
 		if !ok || lb == "" || !config.UpstreamNameRE.MatchString(up) || len(up) > maxUpstreamName {
-			return nil, fmt.Errorf("annotation %s: %q is not <lb>/<upstream> (an upstream name is up to %d letters, digits, _ . : -)", AnnotationUpstreams, part, maxUpstreamName)
+			return nil, fmt.Errorf("annotation %s: %q is not <lb>/<upstream> (an upstream name is up to %d letters, digits, _ . : -)", api.AnnotationUpstreams, part, maxUpstreamName)
 		}
 		found := false
 		for _, l := range cfg.LoadBalancers {
 			found = found || l.Name == lb
 		}
 		if !found {
-			return nil, fmt.Errorf("annotation %s: no load balancer %q in the configuration", AnnotationUpstreams, lb)
+			return nil, fmt.Errorf("annotation %s: no load balancer %q in the configuration", api.AnnotationUpstreams, lb)
 		}
 		out = append(out, upstreamRef{lb, up})
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("annotation %s is empty; want <lb>/<upstream>", AnnotationUpstreams)
+		return nil, fmt.Errorf("annotation %s is empty; want <lb>/<upstream>", api.AnnotationUpstreams)
 	}
 	return out, nil
 }

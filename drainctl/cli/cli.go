@@ -19,24 +19,14 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/stickydrain/stickydrain/api"
+	"github.com/stickydrain/stickydrain/api/params"
 	"github.com/stickydrain/stickydrain/drainctl/drain"
-	"github.com/stickydrain/stickydrain/drainctl/params"
 	"github.com/stickydrain/stickydrain/drainctl/source"
 )
 
 // Version is set at build time (-ldflags -X).
 var Version = "dev"
-
-// Exit statuses. Each way a wait ends has its own.
-const (
-	ExitDrained     = 0 // the count reached --target (after --min-wait)
-	ExitError       = 1 // an internal failure (install could not write, the log could not be opened)
-	ExitUsage       = 2 // bad command line or credentials file
-	ExitMaxWait     = 3 // --max-wait passed; also the normal end of a timed drain (no --url)
-	ExitUnreachable = 4 // --unreachable-limit polls in a row failed (count: the one poll failed)
-	ExitReleased    = 5 // an operator set the stickydrain.io/release annotation
-	ExitInterrupted = 6 // SIGTERM or SIGINT
-)
 
 // Env is what Main needs from the process, for tests.
 type Env struct {
@@ -66,7 +56,7 @@ func DefaultEnv() Env {
 func Main(ctx context.Context, args []string, env Env) int {
 	if len(args) == 0 {
 		fmt.Fprint(env.Stderr, usage)
-		return ExitUsage
+		return api.ExitUsage
 	}
 	switch args[0] {
 	case "wait":
@@ -86,7 +76,7 @@ func Main(ctx context.Context, args []string, env Env) int {
 		return 0
 	}
 	fmt.Fprintf(env.Stderr, "drainctl: unknown command %q; want wait, count, install, version or help\n", args[0])
-	return ExitUsage
+	return api.ExitUsage
 }
 
 const usage = `drainctl waits, in a pod's preStop hook, until the application's sessions have ended.
@@ -134,7 +124,7 @@ func parse(fs *pflag.FlagSet, args []string, env Env) (status int, ok bool) {
 	}
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "drainctl %s: %v\n(run 'drainctl %s --help' for the flags)\n", fs.Name(), err, fs.Name())
-		return ExitUsage, false
+		return api.ExitUsage, false
 	}
 	return 0, true
 }
@@ -170,18 +160,18 @@ func runWait(ctx context.Context, args []string, env Env) int {
 	before := fs.Args()
 	if len(before) > 0 && !hasDashDash(args) {
 		fmt.Fprintf(env.Stderr, "drainctl wait: unexpected argument %q; a command to run first goes after --\n", before[0])
-		return ExitUsage
+		return api.ExitUsage
 	}
 	if err := w.Validate(); err != nil {
 		fmt.Fprintf(env.Stderr, "drainctl wait: %v\n", err)
-		return ExitUsage
+		return api.ExitUsage
 	}
 	var counter drain.Counter
 	if w.URL != "" {
 		c, err := source.New(w.Source)
 		if err != nil {
 			fmt.Fprintf(env.Stderr, "drainctl wait: %v\n", err)
-			return ExitUsage
+			return api.ExitUsage
 		}
 		counter = c
 	}
@@ -189,7 +179,7 @@ func runWait(ctx context.Context, args []string, env Env) int {
 	out, closeLog, err := logWriter(w, env)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "drainctl wait: %v\n", err)
-		return ExitError
+		return api.ExitError
 	}
 	defer closeLog()
 	log := drain.NewLogger(out, w.LogFormat == params.LogJSON)
@@ -228,15 +218,15 @@ func runWait(ctx context.Context, args []string, env Env) int {
 	}
 	switch res.Outcome {
 	case drain.Drained:
-		return ExitDrained
+		return api.ExitDrained
 	case drain.Released:
-		return ExitReleased
+		return api.ExitReleased
 	case drain.MaxWaitReached:
-		return ExitMaxWait
+		return api.ExitMaxWait
 	case drain.Unreachable:
-		return ExitUnreachable
+		return api.ExitUnreachable
 	default:
-		return ExitInterrupted
+		return api.ExitInterrupted
 	}
 }
 
@@ -379,27 +369,27 @@ func runCount(ctx context.Context, args []string, env Env) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(env.Stderr, "drainctl count: unexpected argument %q\n", fs.Arg(0))
-		return ExitUsage
+		return api.ExitUsage
 	}
 	if w.URL == "" {
 		fmt.Fprintln(env.Stderr, "drainctl count: --url is required (e.g. --url http://localhost:8080/sessions)")
-		return ExitUsage
+		return api.ExitUsage
 	}
 	if err := w.Source.Validate(); err != nil {
 		fmt.Fprintf(env.Stderr, "drainctl count: %v\n", err)
-		return ExitUsage
+		return api.ExitUsage
 	}
 	c, err := source.New(w.Source)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "drainctl count: %v\n", err)
-		return ExitUsage
+		return api.ExitUsage
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.RequestTimeout)
 	defer cancel()
 	r, err := c.Count(ctx)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "drainctl count: %v\n", err)
-		return ExitUnreachable
+		return api.ExitUnreachable
 	}
 	fmt.Fprintln(env.Stdout, countText(r.Count))
 	fmt.Fprintf(env.Stderr, "format: %s\n", r.Format)
@@ -423,17 +413,17 @@ func runInstall(args []string, env Env) int {
 	}
 	if fs.NArg() != 1 {
 		fmt.Fprintln(env.Stderr, "drainctl install: want exactly one argument, the target directory (e.g. drainctl install /stickydrain/bin)")
-		return ExitUsage
+		return api.ExitUsage
 	}
 	self, err := env.Executable()
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "drainctl install: locating this binary: %v\n", err)
-		return ExitError
+		return api.ExitError
 	}
 	dst, err := Install(self, fs.Arg(0))
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "drainctl install: %v\n", err)
-		return ExitError
+		return api.ExitError
 	}
 	fmt.Fprintf(env.Stdout, "installed %s\n", dst)
 	return 0

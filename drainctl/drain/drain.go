@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/stickydrain/stickydrain/drainctl/params"
+	"github.com/stickydrain/stickydrain/api/params"
 	"github.com/stickydrain/stickydrain/drainctl/podinfo"
 	"github.com/stickydrain/stickydrain/drainctl/source"
 )

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stickydrain/stickydrain/drainctl/params"
+	"github.com/stickydrain/stickydrain/api/params"
 	"github.com/stickydrain/stickydrain/drainctl/source"
 )
 

@@ -13,7 +13,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/stickydrain/stickydrain/drainctl/params"
+	"github.com/stickydrain/stickydrain/api/params"
 )
 
 // Client fetches and parses the session count.

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stickydrain/stickydrain/drainctl/params"
+	"github.com/stickydrain/stickydrain/api/params"
 )
 
 // The fuzzers check that no body makes a parser panic or return a count

@@ -19,7 +19,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/stickydrain/stickydrain/drainctl/params"
+	"github.com/stickydrain/stickydrain/api"
+	"github.com/stickydrain/stickydrain/api/params"
 )
 
 // Reading is one parsed count.
@@ -70,7 +71,7 @@ func Parse(body []byte, s params.Source) (Reading, error) {
 			n = 1
 		}
 	default:
-		return Reading{}, fmt.Errorf("unknown format %q; want one of %s", format, strings.Join(params.Formats, "|"))
+		return Reading{}, fmt.Errorf("unknown format %q; want one of %s", format, strings.Join(api.Formats(), "|"))
 	}
 	if err != nil {
 		return Reading{Format: format}, fmt.Errorf("parsing the body as %s: %w", format, err)

@@ -7,7 +7,8 @@
 //	flags.md        each binary's --help, as it prints it
 //	configuration.md the controller configuration's types, from their doc comments
 //	metrics.md      the collectors the webhook and the controller register
-//	exit-status.md  drainctl's exit statuses, from their constants
+//	exit-status.md  drainctl's exit statuses, from their constants (api)
+//	events.md       the Events' reasons, from their constants (api)
 //
 //	go run ./tools/docgen --out docs/reference
 package main
@@ -17,8 +18,11 @@ import (
 	"errors"
 	"fmt"
 	"go/ast"
+	"go/constant"
+	"go/importer"
 	"go/parser"
 	"go/token"
+	"go/types"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,10 +34,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
+	"github.com/stickydrain/stickydrain/api"
+	"github.com/stickydrain/stickydrain/api/params"
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/reconcile"
-	"github.com/stickydrain/stickydrain/drainctl/cli"
-	"github.com/stickydrain/stickydrain/drainctl/params"
 	"github.com/stickydrain/stickydrain/internal/cmdline"
 	"github.com/stickydrain/stickydrain/internal/version"
 	"github.com/stickydrain/stickydrain/webhook/admit"
@@ -65,6 +69,7 @@ func generate(root, out string) error {
 		"configuration.md": configuration,
 		"metrics.md":       func(string) (string, error) { return metrics() },
 		"exit-status.md":   exitStatus,
+		"events.md":        events,
 	}
 	names := make([]string, 0, len(pages))
 	for n := range pages {
@@ -124,104 +129,135 @@ func constDocs(files ...string) (map[string]string, []string, error) {
 	return docs, order, nil
 }
 
+// apiConsts type-checks package api from its source and returns its
+// constants' values, doc comments and declaration order.
+func apiConsts(root string) (map[string]constant.Value, map[string]string, []string, error) {
+	dir := filepath.Join(root, "api")
+	matches, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fset := token.NewFileSet()
+	var files []*ast.File
+	var names []string
+	for _, m := range matches {
+		if strings.HasSuffix(m, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, m, nil, parser.ParseComments)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		files = append(files, f)
+		names = append(names, m)
+	}
+	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
+	pkg, err := conf.Check("api", fset, files, nil)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("type-checking api: %w", err)
+	}
+	docs, order, err := constDocs(names...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	values := map[string]constant.Value{}
+	for _, n := range order {
+		if c, ok := pkg.Scope().Lookup(n).(*types.Const); ok {
+			values[n] = c.Val()
+		}
+	}
+	return values, docs, order, nil
+}
+
 func annotations(root string) (string, error) {
 	var b strings.Builder
 	b.WriteString("# Annotations and labels\n\n")
-	fmt.Fprintf(&b, "## The opt-in label `%s`\n\n", inject.OptInLabel)
+	fmt.Fprintf(&b, "## The opt-in label `%s`\n\n", api.OptInLabel)
 	fmt.Fprintf(&b, "| value | on a Namespace | on a pod (template) |\n|---|---|---|\n")
 	fmt.Fprintf(&b, "| `%s` | the pods of its %s (the webhook's `--namespace-opt-in-owner-kinds`, or the Namespace's `%s`) get the drain | this pod gets the drain, whatever its owner |\n",
-		inject.LabelEnabled, strings.Join(inject.DefaultOwnerKinds, ", "), inject.AnnotationOwnerKinds)
-	fmt.Fprintf(&b, "| `%s` | nothing is injected; each pod in scope is annotated `%s` with what would have been | the same, for this pod |\n", inject.LabelDryRun, inject.AnnotationDryRun)
-	fmt.Fprintf(&b, "| `%s` | — | this pod is left alone in an opted-in Namespace |\n\n", inject.LabelDisabled)
+		api.LabelEnabled, strings.Join(inject.DefaultOwnerKinds, ", "), api.AnnotationOwnerKinds)
+	fmt.Fprintf(&b, "| `%s` | nothing is injected; each pod in scope is annotated `%s` with what would have been | the same, for this pod |\n", api.LabelDryRun, api.AnnotationDryRun)
+	fmt.Fprintf(&b, "| `%s` | — | this pod is left alone in an opted-in Namespace |\n\n", api.LabelDisabled)
 
 	b.WriteString("## Drain parameters\n\n")
-	b.WriteString("On the pod template, else the same annotation on its Namespace. Each is a flag of `drainctl wait`, parsed by drainctl's own code (`drainctl/params`): the accepted form is the flag's.\n\n")
+	b.WriteString("On the pod template, else the same annotation on its Namespace. Each is a flag of `drainctl wait`, parsed by the same code drainctl parses its flags with (`api/params`): the accepted form is the flag's.\n\n")
 	b.WriteString("| annotation | default | form | meaning |\n|---|---|---|---|\n")
 	fs := params.NewWait().FlagSet()
-	for _, name := range inject.DrainctlFlags() {
-		f := fs.Lookup(name)
+	drainParams := map[string]bool{}
+	for _, p := range api.AnnotatedParams() {
+		drainParams[p.Annotation()] = true
+		f := fs.Lookup(p.Name)
 		if f == nil {
-			return "", fmt.Errorf("drainctl has no flag --%s", name)
+			return "", fmt.Errorf("drainctl has no flag --%s", p.Name)
 		}
 		typ, usage := pflag.UnquoteUsage(f)
 		if f.Value.Type() == "bool" {
 			typ = "true|false"
 		}
-		def := f.DefValue
-		if def == "" || (def == "0" && name == params.FlagTarget) {
+		def := p.Default
+		if def == "" {
 			def = "none"
-			if name == params.FlagTarget {
-				def = "0"
-			}
 		}
-		fmt.Fprintf(&b, "| `%s%s` | `%s` | %s | %s |\n", inject.Prefix, name, cell(def), cell(typ), cell(usage))
+		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s |\n", p.Annotation(), cell(def), cell(typ), cell(usage))
 	}
 
 	b.WriteString("\n## Injection and operation\n\n| annotation | meaning |\n|---|---|\n")
-	files := []string{filepath.Join(root, "webhook/inject/annotations.go"), filepath.Join(root, "webhook/inject/scope.go")}
-	docs, order, err := constDocs(files...)
+	values, docs, order, err := apiConsts(root)
 	if err != nil {
 		return "", err
 	}
-	values := map[string]string{
-		"AnnotationContainer": inject.AnnotationContainer, "AnnotationDrainctl": inject.AnnotationDrainctl,
-		"AnnotationDrainctlPath": inject.AnnotationDrainctlPath, "AnnotationShutdownMargin": inject.AnnotationShutdownMargin,
-		"AnnotationKeepPreStop": inject.AnnotationKeepPreStop, "AnnotationStatus": inject.AnnotationStatus,
-		"AnnotationRelease": inject.AnnotationRelease, "AnnotationOwnerKinds": inject.AnnotationOwnerKinds,
-		"AnnotationDryRun": inject.AnnotationDryRun,
-	}
-	drainctlOnes := map[string]bool{}
-	for _, f := range inject.DrainctlFlags() {
-		drainctlOnes[inject.Prefix+f] = true
-	}
-	drainctlOnes[inject.AnnotationMaxWait] = true
+	var service []string
 	for _, name := range order {
-		if !strings.HasPrefix(name, "Annotation") {
+		v := values[name]
+		if !strings.HasPrefix(name, "Annotation") || v == nil || v.Kind() != constant.String {
 			continue
 		}
-		v, ok := values[name]
-		if !ok {
-			// A drain parameter (documented above) or a new constant.
-			if c := reflectConst(name); c != "" && drainctlOnes[c] {
-				continue
-			}
-			return "", fmt.Errorf("constant %s has no value in tools/docgen: add it", name)
+		key := constant.StringVal(v)
+		if drainParams[key] {
+			continue // a drain parameter, documented above
 		}
-		fmt.Fprintf(&b, "| `%s` | %s |\n", v, cell(withoutName(docs[name], name)))
+		if name == "AnnotationUpstreams" || name == "AnnotationPort" {
+			service = append(service, fmt.Sprintf("| `%s` | %s |\n", key, cell(withoutName(docs[name], name))))
+			continue
+		}
+		fmt.Fprintf(&b, "| `%s` | %s |\n", key, cell(withoutName(docs[name], name)))
 	}
-	fmt.Fprintf(&b, "\nOn Services (the controller): `%s` maps the Service onto `<lb>/<upstream>[,…]`; `%s` picks the Service port.\n",
-		reconcile.AnnotationUpstreams, reconcile.AnnotationPort)
+	b.WriteString("\n## On Services (the controller)\n\n| annotation | meaning |\n|---|---|\n")
+	b.WriteString(strings.Join(service, ""))
+	return b.String(), nil
+}
+
+// events lists the reasons of the Events stickydrain records.
+func events(root string) (string, error) {
+	values, docs, order, err := apiConsts(root)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	b.WriteString("# Events\n\nThe reasons of the Events the controller and the webhook record (`kubectl get events --field-selector reason=…`), from `api`.\n\n| reason | meaning |\n|---|---|\n")
+	for _, name := range order {
+		v := values[name]
+		if !strings.HasPrefix(name, "Reason") || v == nil || v.Kind() != constant.String {
+			continue
+		}
+		fmt.Fprintf(&b, "| `%s` | %s |\n", constant.StringVal(v), cell(withoutName(docs[name], name)))
+	}
 	return b.String(), nil
 }
 
 // withoutName drops the leading identifier of a doc comment ("AnnotationX
-// names the container" reads "Names the container").
+// names the container" reads "Names the container"; "ReasonX: the pod"
+// reads "The pod").
 func withoutName(doc, name string) string {
 	rest, ok := strings.CutPrefix(doc, name)
 	if !ok {
 		return doc
 	}
-	rest = strings.TrimLeft(rest, ", ")
+	rest = strings.TrimLeft(rest, ",: ")
 	if rest == "" {
 		return doc
 	}
 	return strings.ToUpper(rest[:1]) + rest[1:]
-}
-
-// reflectConst is the value of a drain-parameter annotation constant of
-// package inject, found by its name in the annotation list.
-func reflectConst(name string) string {
-	for _, f := range inject.DrainctlFlags() {
-		camel := ""
-		for _, part := range strings.Split(f, "-") {
-			camel += strings.ToUpper(part[:1]) + part[1:]
-		}
-		if strings.EqualFold("Annotation"+camel, name) || (name == "AnnotationURL" && f == params.FlagURL) ||
-			(name == "AnnotationJSONPath" && f == params.FlagJSONPath) || (name == "AnnotationInsecureTLS" && f == params.FlagInsecureTLS) {
-			return inject.Prefix + f
-		}
-	}
-	return ""
 }
 
 // binaries whose --help the flags page holds: package, arguments.
@@ -427,23 +463,18 @@ func metrics() (string, error) {
 }
 
 func exitStatus(root string) (string, error) {
-	docs, order, err := constDocs(filepath.Join(root, "drainctl/cli/cli.go"))
+	values, docs, order, err := apiConsts(root)
 	if err != nil {
 		return "", err
 	}
-	values := map[string]int{"ExitDrained": cli.ExitDrained, "ExitError": cli.ExitError, "ExitUsage": cli.ExitUsage, "ExitMaxWait": cli.ExitMaxWait,
-		"ExitUnreachable": cli.ExitUnreachable, "ExitReleased": cli.ExitReleased, "ExitInterrupted": cli.ExitInterrupted}
 	var b strings.Builder
 	b.WriteString("# drainctl exit statuses\n\nA preStop hook that exits with anything but 0 shows as the kubelet's `FailedPreStopHook` Warning (its message is only `PreStopHook failed`: the kubelet keeps a hook's output out of Events); drainctl's summary line is in the container's log and in the kubelet's log.\n\n| status | constant | meaning |\n|---|---|---|\n")
 	for _, name := range order {
-		if !strings.HasPrefix(name, "Exit") {
+		v := values[name]
+		if !strings.HasPrefix(name, "Exit") || v == nil || v.Kind() != constant.Int {
 			continue
 		}
-		v, ok := values[name]
-		if !ok {
-			return "", fmt.Errorf("constant %s has no value in tools/docgen: add it", name)
-		}
-		fmt.Fprintf(&b, "| %d | `%s` | %s |\n", v, name, cell(withoutName(docs[name], name)))
+		fmt.Fprintf(&b, "| %s | `api.%s` | %s |\n", v.ExactString(), name, cell(withoutName(docs[name], name)))
 	}
 	return b.String(), nil
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/webhook/inject"
 )
 
@@ -27,7 +28,7 @@ func BenchmarkAdmitPod(b *testing.B) {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		b.Fatal(err)
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{inject.OptInLabel: inject.LabelEnabled},
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{api.OptInLabel: api.LabelEnabled},
 		Annotations: map[string]string{"stickydrain.io/url": "http://localhost:8080/sessions"}}}
 	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
@@ -39,7 +40,7 @@ func BenchmarkAdmitPod(b *testing.B) {
 	}}
 	pod := &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "shop-7d9c5b8f4-", Namespace: "shop", Labels: map[string]string{"app": "shop", inject.OptInLabel: inject.LabelEnabled}},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "shop-7d9c5b8f4-", Namespace: "shop", Labels: map[string]string{"app": "shop", api.OptInLabel: api.LabelEnabled}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{
 			{Name: "app", Image: "shop:v42", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}},
 			{Name: "envoy", Image: "envoy"},

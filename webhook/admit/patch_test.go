@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/webhook/inject"
 )
 
@@ -41,7 +42,7 @@ func podShapes() map[string]*corev1.Pod {
 		return &corev1.Pod{
 			TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 			ObjectMeta: metav1.ObjectMeta{GenerateName: "shop-7d9c5b8f4-", Namespace: "shop",
-				Labels:      map[string]string{"app": "shop", inject.OptInLabel: inject.LabelEnabled},
+				Labels:      map[string]string{"app": "shop", api.OptInLabel: api.LabelEnabled},
 				Annotations: map[string]string{"stickydrain.io/url": "http://localhost:8080/sessions", "a/b~c": "escaped key"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{
 				Name: "app", Image: "shop:v42",
@@ -56,7 +57,7 @@ func podShapes() map[string]*corev1.Pod {
 
 	p := base()
 	p.Annotations = nil
-	p.Labels = map[string]string{inject.OptInLabel: inject.LabelEnabled}
+	p.Labels = map[string]string{api.OptInLabel: api.LabelEnabled}
 	shapes["no annotations at all"] = p
 
 	p = base()
@@ -68,15 +69,15 @@ func podShapes() map[string]*corev1.Pod {
 	shapes["three containers, an init container, a volume, a grace period"] = p
 
 	p = base()
-	p.Annotations[inject.AnnotationKeepPreStop] = "true"
-	p.Annotations[inject.AnnotationContainer] = "app"
+	p.Annotations[api.AnnotationKeepPreStop] = "true"
+	p.Annotations[api.AnnotationContainer] = "app"
 	p.Spec.Containers = append([]corev1.Container{{Name: "sidecar", Image: "s"}}, p.Spec.Containers...)
 	p.Spec.Containers[1].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/flush"}}}}
 	p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](999999)
 	shapes["the second container, its own preStop kept, a longer grace period kept"] = p
 
 	p = base()
-	p.Annotations[inject.AnnotationDrainctl] = "image"
+	p.Annotations[api.AnnotationDrainctl] = "image"
 	shapes["drainctl in the image"] = p
 	return shapes
 }

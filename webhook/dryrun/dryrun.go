@@ -19,11 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
-	"github.com/stickydrain/stickydrain/webhook/inject"
+	"github.com/stickydrain/stickydrain/api"
 )
-
-// ReasonDryRun is the Event's reason.
-const ReasonDryRun = "DrainDryRun"
 
 // Reporter records one Event per dry-run pod.
 type Reporter struct {
@@ -41,7 +38,7 @@ func (r *Reporter) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("dry-run").
 		For(&corev1.Pod{}, builder.OnlyMetadata, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			_, ok := o.GetAnnotations()[inject.AnnotationDryRun]
+			_, ok := o.GetAnnotations()[api.AnnotationDryRun]
 			return ok
 		}))).
 		Complete(r)
@@ -60,7 +57,7 @@ func (r *Reporter) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 		}
 		return ctrl.Result{}, fmt.Errorf("reading pod %s: %w", req.NamespacedName, err)
 	}
-	summary, ok := pod.Annotations[inject.AnnotationDryRun]
+	summary, ok := pod.Annotations[api.AnnotationDryRun]
 	if !ok {
 		return ctrl.Result{}, nil
 	}
@@ -72,6 +69,6 @@ func (r *Reporter) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 		return ctrl.Result{}, nil
 	}
 	ref := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}}
-	r.Recorder.Eventf(ref, nil, corev1.EventTypeNormal, ReasonDryRun, "Admit", "stickydrain dry run (%s=%s): %s", inject.OptInLabel, inject.LabelDryRun, summary)
+	r.Recorder.Eventf(ref, nil, corev1.EventTypeNormal, api.ReasonDryRun, "Admit", "stickydrain dry run (%s=%s): %s", api.OptInLabel, api.LabelDryRun, summary)
 	return ctrl.Result{}, nil
 }

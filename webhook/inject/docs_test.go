@@ -10,6 +10,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/stickydrain/stickydrain/api"
 )
 
 // TestTheDocsWorkloadsResolve resolves every workload shown in
@@ -44,11 +46,11 @@ func TestTheDocsWorkloadsResolve(t *testing.T) {
 			t.Errorf("docs/opting-in.md: the webhook refuses %v: %v", ann, err)
 			continue
 		}
-		if ann[AnnotationURL] == "" {
-			t.Errorf("docs/opting-in.md: an example without %s (a timed drain)", AnnotationURL)
+		if ann[api.AnnotationURL] == "" {
+			t.Errorf("docs/opting-in.md: an example without %s (a timed drain)", api.AnnotationURL)
 		}
 		checked++
-		t.Logf("%s: %s", ann[AnnotationURL], strings.Join(plan.WaitArgs, " "))
+		t.Logf("%s: %s", ann[api.AnnotationURL], strings.Join(plan.WaitArgs, " "))
 	}
 	if checked < 4 {
 		t.Errorf("checked %d workloads of docs/opting-in.md, want the Tomcat, Spring Boot, WildFly and PHP examples at least", checked)
@@ -61,9 +63,9 @@ func TestTheDocsWorkloadsResolve(t *testing.T) {
 // (the default max-wait, no readiness probe, no port), word for word.
 func TestTheDocsWarningsAreTheWebhooksOwn(t *testing.T) {
 	pod := basePod(func(p *corev1.Pod) {
-		delete(p.Annotations, AnnotationURL)
-		delete(p.Annotations, AnnotationContext)
-		delete(p.Annotations, AnnotationMaxWait)
+		delete(p.Annotations, api.AnnotationURL)
+		delete(p.Annotations, api.AnnotationContext)
+		delete(p.Annotations, api.AnnotationMaxWait)
 	})
 	res, err := Inject(pod, optedNS, cfg)
 	if err != nil {

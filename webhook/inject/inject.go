@@ -15,7 +15,6 @@ import (
 	"net"
 	"path"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,7 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"github.com/stickydrain/stickydrain/drainctl/params"
+	"github.com/stickydrain/stickydrain/api"
+	"github.com/stickydrain/stickydrain/api/params"
 )
 
 // Where the injected pieces go in the pod.
@@ -40,8 +40,6 @@ const (
 	DefaultImageBin = "/usr/local/bin/drainctl"
 	// InstallerPath is where the stickydrain image holds drainctl.
 	InstallerPath = "/drainctl"
-
-	StatusInjected = "injected"
 
 	DefaultShutdownMargin = 30 * time.Second
 )
@@ -85,19 +83,6 @@ type Config struct {
 	DrainctlDelivery string
 }
 
-// How drainctl reaches a pod (the values of stickydrain.io/drainctl).
-const (
-	// DeliveryInject: an init container copies drainctl from the drainctl
-	// image into an emptyDir (every runtime).
-	DeliveryInject = "inject"
-	// DeliveryImageVolume: the drainctl image itself is mounted read-only
-	// (an image volume: Kubernetes 1.35+ where the runtime supports them,
-	// containerd 2.1+ or CRI-O 1.31+). No init container, no copy.
-	DeliveryImageVolume = "image-volume"
-	// DeliveryImage: drainctl is already in the app's image.
-	DeliveryImage = "image"
-)
-
 // BindFlags registers the config's flags.
 func (c *Config) BindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.DrainctlImage, "drainctl-image", c.DrainctlImage, "`image` of the init container that installs drainctl into opted-in pods")
@@ -138,8 +123,8 @@ func (c *Config) Validate() error {
 // checkDelivery accepts the modes a webhook may make every pod's default
 // (DeliveryImage is a pod's own to say: only its image knows).
 func checkDelivery(v string) error {
-	if v != DeliveryInject && v != DeliveryImageVolume {
-		return fmt.Errorf("want %s or %s", DeliveryInject, DeliveryImageVolume)
+	if v != api.DeliveryInject && v != api.DeliveryImageVolume {
+		return fmt.Errorf("want %s or %s", api.DeliveryInject, api.DeliveryImageVolume)
 	}
 	return nil
 }
@@ -205,7 +190,7 @@ func Inject(pod *corev1.Pod, ns Namespace, cfg Config) (Result, error) {
 	if err != nil || mode == Skip {
 		return Result{Reason: why}, err
 	}
-	if pod.Annotations[AnnotationStatus] == StatusInjected || carriesDrain(&pod.Spec) {
+	if pod.Annotations[api.AnnotationStatus] == api.StatusInjected || carriesDrain(&pod.Spec) {
 		return Result{Reason: ReasonAlreadyInjected}, nil
 	}
 	get := func(key string) (string, bool) {
@@ -215,7 +200,7 @@ func Inject(pod *corev1.Pod, ns Namespace, cfg Config) (Result, error) {
 		if v, ok := ns.Annotations[key]; ok {
 			return v, true
 		}
-		if key == AnnotationDrainctl && cfg.DrainctlDelivery != "" {
+		if key == api.AnnotationDrainctl && cfg.DrainctlDelivery != "" {
 			return cfg.DrainctlDelivery, true
 		}
 		return "", false
@@ -229,7 +214,7 @@ func Inject(pod *corev1.Pod, ns Namespace, cfg Config) (Result, error) {
 		err = apply(target, plan, cfg)
 	}
 	if mode == DryRun {
-		setAnnotation(pod, AnnotationDryRun, dryRunSummary(pod, target, plan, err))
+		setAnnotation(pod, api.AnnotationDryRun, dryRunSummary(pod, target, plan, err))
 		var warnings []string
 		if err == nil {
 			warnings = plan.Warnings
@@ -239,7 +224,7 @@ func Inject(pod *corev1.Pod, ns Namespace, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{Reason: ReasonInvalid}, err
 	}
-	setAnnotation(pod, AnnotationStatus, StatusInjected)
+	setAnnotation(pod, api.AnnotationStatus, api.StatusInjected)
 	return Result{Reason: ReasonInjected, Warnings: plan.Warnings}, nil
 }
 
@@ -314,8 +299,8 @@ func Resolve(spec *corev1.PodSpec, get func(string) (string, bool)) (*Plan, erro
 
 	w := params.NewWait()
 	fs := w.FlagSet()
-	for _, f := range drainctlFlags {
-		key := Prefix + f
+	for _, p := range api.AnnotatedParams() {
+		f, key := p.Name, p.Annotation()
 		if v, ok := get(key); ok {
 			if err := fs.Set(f, v); err != nil {
 				// drainctl's own message, without pflag's "invalid
@@ -335,8 +320,8 @@ func Resolve(spec *corev1.PodSpec, get func(string) (string, bool)) (*Plan, erro
 		if err := w.Validate(); err != nil {
 			// The combination messages name flags; name the annotations.
 			msg := flagRE.ReplaceAllStringFunc(err.Error(), func(f string) string {
-				if slices.Contains(drainctlFlags, f[2:]) {
-					return Prefix + f[2:]
+				if p, ok := api.Lookup(f[2:]); ok && p.Annotated {
+					return p.Annotation()
 				}
 				return f
 			})
@@ -347,38 +332,38 @@ func Resolve(spec *corev1.PodSpec, get func(string) (string, bool)) (*Plan, erro
 	}
 
 	plan := &Plan{InjectBin: true, DrainctlBin: BinDir + "/drainctl"}
-	switch v, _ := get(AnnotationDrainctl); v {
-	case "", DeliveryInject:
-	case DeliveryImageVolume:
+	switch v, _ := get(api.AnnotationDrainctl); v {
+	case "", api.DeliveryInject:
+	case api.DeliveryImageVolume:
 		plan.ImageVolume = true
-	case DeliveryImage:
+	case api.DeliveryImage:
 		plan.InjectBin = false
 		plan.DrainctlBin = DefaultImageBin
-		if p, ok := get(AnnotationDrainctlPath); ok {
+		if p, ok := get(api.AnnotationDrainctlPath); ok {
 			if !strings.HasPrefix(p, "/") {
-				bad(AnnotationDrainctlPath, p, "want an absolute path, e.g. /usr/local/bin/drainctl")
+				bad(api.AnnotationDrainctlPath, p, "want an absolute path, e.g. /usr/local/bin/drainctl")
 			} else {
 				plan.DrainctlBin = p
 			}
 		}
 	default:
-		bad(AnnotationDrainctl, v, `want "inject" (an init container copies drainctl), "image-volume" (the drainctl image mounted read-only: Kubernetes 1.35+ on containerd 2.1+ or CRI-O 1.31+) or "image" (it is in the image)`)
+		bad(api.AnnotationDrainctl, v, `want "inject" (an init container copies drainctl), "image-volume" (the drainctl image mounted read-only: Kubernetes 1.35+ on containerd 2.1+ or CRI-O 1.31+) or "image" (it is in the image)`)
 	}
 
 	margin := DefaultShutdownMargin
-	if v, ok := get(AnnotationShutdownMargin); ok {
+	if v, ok := get(api.AnnotationShutdownMargin); ok {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
-			bad(AnnotationShutdownMargin, v, "want a duration of 0 or more, e.g. 30s")
+			bad(api.AnnotationShutdownMargin, v, "want a duration of 0 or more, e.g. 30s")
 		} else {
 			margin = d
 		}
 	}
 	keep := false
-	if v, ok := get(AnnotationKeepPreStop); ok {
+	if v, ok := get(api.AnnotationKeepPreStop); ok {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			bad(AnnotationKeepPreStop, v, `want "true" or "false"`)
+			bad(api.AnnotationKeepPreStop, v, `want "true" or "false"`)
 		}
 		keep = b
 	}
@@ -386,18 +371,18 @@ func Resolve(spec *corev1.PodSpec, get func(string) (string, bool)) (*Plan, erro
 	plan.Container = -1
 	if len(spec.Containers) == 0 {
 		errs = append(errs, &Error{Problem: "the pod has no containers"})
-	} else if name, ok := get(AnnotationContainer); ok {
+	} else if name, ok := get(api.AnnotationContainer); ok {
 		for i, c := range spec.Containers {
 			if c.Name == name {
 				plan.Container = i
 			}
 		}
 		if plan.Container < 0 {
-			bad(AnnotationContainer, name, "no container of that name; want one of "+containerNames(spec))
+			bad(api.AnnotationContainer, name, "no container of that name; want one of "+containerNames(spec))
 		}
 	} else {
 		plan.Container = 0
-		if name, ok := get(DefaultContainerAnnotation); ok {
+		if name, ok := get(api.DefaultContainerAnnotation); ok {
 			for i, c := range spec.Containers {
 				if c.Name == name {
 					plan.Container = i
@@ -435,10 +420,10 @@ func Resolve(spec *corev1.PodSpec, get func(string) (string, bool)) (*Plan, erro
 					}
 				}
 			case !keep:
-				errs = append(errs, &Error{Annotation: AnnotationKeepPreStop, Problem: fmt.Sprintf(
-					"container %q already has a preStop hook; stickydrain will not replace it: remove it, or set %s=true to run it (exec hooks only) before the drain", c.Name, AnnotationKeepPreStop)})
+				errs = append(errs, &Error{Annotation: api.AnnotationKeepPreStop, Problem: fmt.Sprintf(
+					"container %q already has a preStop hook; stickydrain will not replace it: remove it, or set %s=true to run it (exec hooks only) before the drain", c.Name, api.AnnotationKeepPreStop)})
 			case h.Exec == nil || len(h.Exec.Command) == 0:
-				errs = append(errs, &Error{Annotation: AnnotationKeepPreStop, Value: "true", Problem: fmt.Sprintf(
+				errs = append(errs, &Error{Annotation: api.AnnotationKeepPreStop, Value: "true", Problem: fmt.Sprintf(
 					"container %q has a preStop hook that is not exec; only an exec hook can be kept (drainctl runs it first)", c.Name)})
 			default:
 				plan.Keep = append([]string(nil), h.Exec.Command...)

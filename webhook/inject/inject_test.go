@@ -14,18 +14,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/stickydrain/stickydrain/api"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden patch files in testdata")
 
 var cfg = Config{DrainctlImage: "ghcr.io/stickydrain/drainctl:test"}
 
-var optedNS = Namespace{Labels: map[string]string{OptInLabel: LabelEnabled}}
+var optedNS = Namespace{Labels: map[string]string{api.OptInLabel: api.LabelEnabled}}
 
 func basePod(mod ...func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "shop", Annotations: map[string]string{
-			AnnotationURL: "http://localhost:8080/manager/text/list", AnnotationContext: "/app", AnnotationMaxWait: "12h",
+			api.AnnotationURL: "http://localhost:8080/manager/text/list", api.AnnotationContext: "/app", api.AnnotationMaxWait: "12h",
 		}, OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-5d7f", Controller: ptr.To(true)}}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "tomcat", Image: "tomcat:10"}}},
 	}
@@ -58,11 +60,11 @@ func TestInject(t *testing.T) {
 		},
 		{
 			name: "leaves a pod alone that opts out of an opted-in namespace",
-			pod:  basePod(func(p *corev1.Pod) { p.Labels = map[string]string{OptInLabel: LabelDisabled} }), ns: optedNS, reason: ReasonOptedOut,
+			pod:  basePod(func(p *corev1.Pod) { p.Labels = map[string]string{api.OptInLabel: api.LabelDisabled} }), ns: optedNS, reason: ReasonOptedOut,
 		},
 		{
 			name: "injects a pod opted in by its own label",
-			pod:  basePod(func(p *corev1.Pod) { p.Labels = map[string]string{OptInLabel: LabelEnabled} }), ns: Namespace{}, reason: ReasonInjected,
+			pod:  basePod(func(p *corev1.Pod) { p.Labels = map[string]string{api.OptInLabel: api.LabelEnabled} }), ns: Namespace{}, reason: ReasonInjected,
 		},
 		{
 			name: "builds the preStop from the annotations with drainctl's flags",
@@ -77,8 +79,8 @@ func TestInject(t *testing.T) {
 		},
 		{
 			name:   "falls back to the namespace's annotations",
-			pod:    basePod(func(p *corev1.Pod) { delete(p.Annotations, AnnotationMaxWait) }),
-			ns:     Namespace{Labels: optedNS.Labels, Annotations: map[string]string{AnnotationMaxWait: "2h", AnnotationInterval: "30s"}},
+			pod:    basePod(func(p *corev1.Pod) { delete(p.Annotations, api.AnnotationMaxWait) }),
+			ns:     Namespace{Labels: optedNS.Labels, Annotations: map[string]string{api.AnnotationMaxWait: "2h", api.AnnotationInterval: "30s"}},
 			reason: ReasonInjected,
 			check: func(t *testing.T, p *corev1.Pod) {
 				got := strings.Join(prestop(p, 0), " ")
@@ -108,9 +110,9 @@ func TestInject(t *testing.T) {
 		{
 			name: "adds the shutdown margin from its annotation",
 			pod: basePod(func(p *corev1.Pod) {
-				p.Annotations[AnnotationShutdownMargin] = "2m"
-				p.Annotations[AnnotationMinWait] = "0s"
-				p.Annotations[AnnotationMaxWait] = "10m"
+				p.Annotations[api.AnnotationShutdownMargin] = "2m"
+				p.Annotations[api.AnnotationMinWait] = "0s"
+				p.Annotations[api.AnnotationMaxWait] = "10m"
 			}), ns: optedNS, reason: ReasonInjected,
 			check: func(t *testing.T, p *corev1.Pod) {
 				if g := *p.Spec.TerminationGracePeriodSeconds; g != 720 {
@@ -121,7 +123,7 @@ func TestInject(t *testing.T) {
 		{
 			name: "hooks the default-container, not the first",
 			pod: basePod(func(p *corev1.Pod) {
-				p.Annotations[DefaultContainerAnnotation] = "app"
+				p.Annotations[api.DefaultContainerAnnotation] = "app"
 				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "app", Image: "app"})
 			}), ns: optedNS, reason: ReasonInjected,
 			check: func(t *testing.T, p *corev1.Pod) {
@@ -136,8 +138,8 @@ func TestInject(t *testing.T) {
 		{
 			name: "hooks the container named by its annotation",
 			pod: basePod(func(p *corev1.Pod) {
-				p.Annotations[AnnotationContainer] = "app"
-				p.Annotations[DefaultContainerAnnotation] = "tomcat"
+				p.Annotations[api.AnnotationContainer] = "app"
+				p.Annotations[api.DefaultContainerAnnotation] = "tomcat"
 				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "app", Image: "app"})
 			}), ns: optedNS, reason: ReasonInjected,
 			check: func(t *testing.T, p *corev1.Pod) {
@@ -149,8 +151,8 @@ func TestInject(t *testing.T) {
 		{
 			name: "uses drainctl from the image without an init container",
 			pod: basePod(func(p *corev1.Pod) {
-				p.Annotations[AnnotationDrainctl] = "image"
-				p.Annotations[AnnotationDrainctlPath] = "/opt/bin/drainctl"
+				p.Annotations[api.AnnotationDrainctl] = "image"
+				p.Annotations[api.AnnotationDrainctlPath] = "/opt/bin/drainctl"
 			}), ns: optedNS, reason: ReasonInjected,
 			check: func(t *testing.T, p *corev1.Pod) {
 				if len(p.Spec.InitContainers) != 0 {
@@ -191,7 +193,7 @@ func TestInject(t *testing.T) {
 		{
 			name: "keeps an exec preStop when asked, running it first",
 			pod: basePod(func(p *corev1.Pod) {
-				p.Annotations[AnnotationKeepPreStop] = "true"
+				p.Annotations[api.AnnotationKeepPreStop] = "true"
 				p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/flush", "--all"}}}}
 			}), ns: optedNS, reason: ReasonInjected,
 			check: func(t *testing.T, p *corev1.Pod) {
@@ -263,11 +265,11 @@ func TestInject(t *testing.T) {
 		{
 			name: "names every bad annotation and its accepted form",
 			pod: basePod(func(p *corev1.Pod) {
-				p.Annotations[AnnotationMaxWait] = "12"
-				p.Annotations[AnnotationFormat] = "xml"
-				p.Annotations[AnnotationDrainctl] = "sidecar"
-				p.Annotations[AnnotationShutdownMargin] = "soon"
-				p.Annotations[AnnotationContainer] = "nope"
+				p.Annotations[api.AnnotationMaxWait] = "12"
+				p.Annotations[api.AnnotationFormat] = "xml"
+				p.Annotations[api.AnnotationDrainctl] = "sidecar"
+				p.Annotations[api.AnnotationShutdownMargin] = "soon"
+				p.Annotations[api.AnnotationContainer] = "nope"
 			}), ns: optedNS, reason: ReasonInvalid,
 			errHas: []string{
 				`annotation stickydrain.io/max-wait: "12" is not a duration; want a number with a unit`,
@@ -279,7 +281,7 @@ func TestInject(t *testing.T) {
 		},
 		{
 			name: "names the annotations of a bad combination",
-			pod:  basePod(func(p *corev1.Pod) { p.Annotations[AnnotationMinWait] = "13h" }), ns: optedNS, reason: ReasonInvalid,
+			pod:  basePod(func(p *corev1.Pod) { p.Annotations[api.AnnotationMinWait] = "13h" }), ns: optedNS, reason: ReasonInvalid,
 			errHas: []string{"stickydrain.io/min-wait 13h0m0s is longer than stickydrain.io/max-wait 12h0m0s"},
 		},
 		{
@@ -290,7 +292,7 @@ func TestInject(t *testing.T) {
 		},
 		{
 			name: "leaves an already injected pod alone",
-			pod:  basePod(func(p *corev1.Pod) { p.Annotations[AnnotationStatus] = StatusInjected }), ns: optedNS, reason: ReasonAlreadyInjected,
+			pod:  basePod(func(p *corev1.Pod) { p.Annotations[api.AnnotationStatus] = api.StatusInjected }), ns: optedNS, reason: ReasonAlreadyInjected,
 		},
 	}
 	for _, tt := range tests {
@@ -345,7 +347,7 @@ func TestInjectIsIdempotent(t *testing.T) {
 	if diff := cmp.Diff(once, p); diff != "" {
 		t.Errorf("second pass changed the pod:\n%s", diff)
 	}
-	delete(p.Annotations, AnnotationStatus)
+	delete(p.Annotations, api.AnnotationStatus)
 	lost := p.DeepCopy()
 	if r, err := Inject(p, optedNS, cfg); err != nil || r.Reason != ReasonAlreadyInjected {
 		t.Fatalf("a pass over a mutated pod that lost its status annotation: %v %v", r, err)
@@ -380,13 +382,13 @@ func TestGoldenPatches(t *testing.T) {
 	cases := map[string]*corev1.Pod{
 		"tomcat-list": basePod(),
 		"spring-actuator-two-containers": basePod(func(p *corev1.Pod) {
-			p.Annotations = map[string]string{AnnotationURL: "http://localhost:8080/actuator/metrics/tomcat.sessions.active.current", DefaultContainerAnnotation: "app"}
+			p.Annotations = map[string]string{api.AnnotationURL: "http://localhost:8080/actuator/metrics/tomcat.sessions.active.current", api.DefaultContainerAnnotation: "app"}
 			p.Spec.Containers = []corev1.Container{{Name: "envoy", Image: "envoy"}, {Name: "app", Image: "spring", VolumeMounts: []corev1.VolumeMount{{Name: "cfg", MountPath: "/config"}}}}
 			p.Spec.Volumes = []corev1.Volume{{Name: "cfg"}}
 		}),
 		"kept-prestop-image-mode": basePod(func(p *corev1.Pod) {
-			p.Annotations[AnnotationKeepPreStop] = "true"
-			p.Annotations[AnnotationDrainctl] = "image"
+			p.Annotations[api.AnnotationKeepPreStop] = "true"
+			p.Annotations[api.AnnotationDrainctl] = "image"
 			p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/sh", "-c", "sleep 5"}}}}
 		}),
 	}
@@ -440,8 +442,8 @@ func FuzzResolve(f *testing.F) {
 	f.Add("12h", "10s", "tomcat-list", "30s", "true", "inject")
 	f.Add("-1s", "x", "json", "", "maybe", "image")
 	f.Fuzz(func(t *testing.T, maxWait, minWait, format, margin, keep, mode string) {
-		ann := map[string]string{AnnotationMaxWait: maxWait, AnnotationMinWait: minWait, AnnotationFormat: format,
-			AnnotationShutdownMargin: margin, AnnotationKeepPreStop: keep, AnnotationDrainctl: mode, AnnotationJSONPath: "a.0"}
+		ann := map[string]string{api.AnnotationMaxWait: maxWait, api.AnnotationMinWait: minWait, api.AnnotationFormat: format,
+			api.AnnotationShutdownMargin: margin, api.AnnotationKeepPreStop: keep, api.AnnotationDrainctl: mode, api.AnnotationJSONPath: "a.0"}
 		spec := &corev1.PodSpec{Containers: []corev1.Container{{Name: "c"}}}
 		plan, err := Resolve(spec, func(k string) (string, bool) { v, ok := ann[k]; return v, ok })
 		if err != nil {
@@ -505,8 +507,8 @@ func TestInjectionKeepsThePodsImagePullSecrets(t *testing.T) {
 // drainctl that does not know it can skip it without guessing its arity.
 func TestEveryWrittenFlagIsOneArgument(t *testing.T) {
 	p := basePod(func(p *corev1.Pod) {
-		p.Annotations[AnnotationMinWait] = "5s"
-		p.Annotations[AnnotationInterval] = "2s"
+		p.Annotations[api.AnnotationMinWait] = "5s"
+		p.Annotations[api.AnnotationInterval] = "2s"
 	})
 	if _, err := Inject(p, optedNS, cfg); err != nil {
 		t.Fatal(err)
@@ -562,14 +564,14 @@ func TestDrainctlAsAnImageVolume(t *testing.T) {
 			t.Errorf("preStop %v, want %s wait …", cmd, BinDir+InstallerPath)
 		}
 	}
-	annotated := basePod(func(p *corev1.Pod) { p.Annotations[AnnotationDrainctl] = DeliveryImageVolume })
+	annotated := basePod(func(p *corev1.Pod) { p.Annotations[api.AnnotationDrainctl] = api.DeliveryImageVolume })
 	if res, err := Inject(annotated, optedNS, cfg); err != nil || res.Reason != ReasonInjected {
 		t.Fatalf("annotated: %v %v", res, err)
 	}
 	check(t, annotated)
 
 	byFlag := cfg
-	byFlag.DrainctlDelivery = DeliveryImageVolume
+	byFlag.DrainctlDelivery = api.DeliveryImageVolume
 	if err := byFlag.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -580,7 +582,7 @@ func TestDrainctlAsAnImageVolume(t *testing.T) {
 	check(t, p)
 
 	// The pod's annotation wins over the flag.
-	p = basePod(func(p *corev1.Pod) { p.Annotations[AnnotationDrainctl] = DeliveryInject })
+	p = basePod(func(p *corev1.Pod) { p.Annotations[api.AnnotationDrainctl] = api.DeliveryInject })
 	if _, err := Inject(p, optedNS, byFlag); err != nil {
 		t.Fatal(err)
 	}
@@ -589,16 +591,16 @@ func TestDrainctlAsAnImageVolume(t *testing.T) {
 	}
 
 	// A dry run says which.
-	dry := basePod(func(p *corev1.Pod) { p.Annotations[AnnotationDrainctl] = DeliveryImageVolume })
-	if _, err := Inject(dry, Namespace{Labels: map[string]string{OptInLabel: LabelDryRun}}, cfg); err != nil {
+	dry := basePod(func(p *corev1.Pod) { p.Annotations[api.AnnotationDrainctl] = api.DeliveryImageVolume })
+	if _, err := Inject(dry, Namespace{Labels: map[string]string{api.OptInLabel: api.LabelDryRun}}, cfg); err != nil {
 		t.Fatal(err)
 	}
-	if got := dry.Annotations[AnnotationDryRun]; !strings.Contains(got, "an image volume mounts drainctl from "+cfg.DrainctlImage) {
+	if got := dry.Annotations[api.AnnotationDryRun]; !strings.Contains(got, "an image volume mounts drainctl from "+cfg.DrainctlImage) {
 		t.Errorf("dry-run summary %q does not say the image volume", got)
 	}
 
-	bad := basePod(func(p *corev1.Pod) { p.Annotations[AnnotationDrainctl] = "volume" })
-	if _, err := Inject(bad, optedNS, cfg); err == nil || !strings.Contains(err.Error(), AnnotationDrainctl) || !strings.Contains(err.Error(), `"image-volume"`) {
+	bad := basePod(func(p *corev1.Pod) { p.Annotations[api.AnnotationDrainctl] = "volume" })
+	if _, err := Inject(bad, optedNS, cfg); err == nil || !strings.Contains(err.Error(), api.AnnotationDrainctl) || !strings.Contains(err.Error(), `"image-volume"`) {
 		t.Errorf("stickydrain.io/drainctl=volume: %v", err)
 	}
 	flagBad := cfg

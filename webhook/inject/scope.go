@@ -7,21 +7,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/stickydrain/stickydrain/api"
 )
-
-// LabelDryRun, as the value of OptInLabel on a Namespace or a pod, opts in
-// for a look only: nothing is injected; the pod carries AnnotationDryRun
-// saying what would have been.
-const LabelDryRun = "dry-run"
-
-// AnnotationOwnerKinds, on a Namespace, lists the kinds of controller
-// whose pods a Namespace opt-in reaches ("ReplicaSet,StatefulSet,DaemonSet"),
-// replacing the webhook's --namespace-opt-in-owner-kinds.
-const AnnotationOwnerKinds = Prefix + "owner-kinds"
-
-// AnnotationDryRun is set by the webhook on a dry-run pod: what it would
-// have injected, or why it would have refused the pod.
-const AnnotationDryRun = Prefix + "dry-run"
 
 // DefaultOwnerKinds are the controllers whose pods serve sessions and are
 // replaced by rollouts, node drains and scale-downs. Not Jobs (their pods
@@ -76,19 +64,19 @@ const (
 // its Namespace's, which reaches only pods whose controller is of one of
 // the owner kinds (the Namespace's AnnotationOwnerKinds, else cfg's).
 func Scope(pod *corev1.Pod, ns Namespace, cfg Config) (Mode, Reason, error) {
-	switch pod.Labels[OptInLabel] {
-	case LabelEnabled:
+	switch pod.Labels[api.OptInLabel] {
+	case api.LabelEnabled:
 		return Drain, "", nil
-	case LabelDryRun:
+	case api.LabelDryRun:
 		return DryRun, "", nil
-	case LabelDisabled:
+	case api.LabelDisabled:
 		return Skip, ReasonOptedOut, nil
 	}
 	var mode Mode
-	switch ns.Labels[OptInLabel] {
-	case LabelEnabled:
+	switch ns.Labels[api.OptInLabel] {
+	case api.LabelEnabled:
 		mode = Drain
-	case LabelDryRun:
+	case api.LabelDryRun:
 		mode = DryRun
 	default:
 		return Skip, ReasonNotOptedIn, nil
@@ -97,10 +85,10 @@ func Scope(pod *corev1.Pod, ns Namespace, cfg Config) (Mode, Reason, error) {
 	if len(kinds) == 0 {
 		kinds = DefaultOwnerKinds
 	}
-	if v, ok := ns.Annotations[AnnotationOwnerKinds]; ok {
+	if v, ok := ns.Annotations[api.AnnotationOwnerKinds]; ok {
 		k, err := ParseOwnerKinds(v)
 		if err != nil {
-			return Skip, ReasonInvalid, &Error{Annotation: AnnotationOwnerKinds, Value: v, Problem: err.Error() + " (on the Namespace)"}
+			return Skip, ReasonInvalid, &Error{Annotation: api.AnnotationOwnerKinds, Value: v, Problem: err.Error() + " (on the Namespace)"}
 		}
 		kinds = k
 	}

@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/stickydrain/stickydrain/api"
 )
 
 func ownedBy(kind string) func(*corev1.Pod) {
@@ -19,13 +21,13 @@ func ownedBy(kind string) func(*corev1.Pod) {
 }
 
 func labelled(v string) func(*corev1.Pod) {
-	return func(p *corev1.Pod) { p.Labels = map[string]string{OptInLabel: v} }
+	return func(p *corev1.Pod) { p.Labels = map[string]string{api.OptInLabel: v} }
 }
 
 func TestScope(t *testing.T) {
-	dryNS := Namespace{Labels: map[string]string{OptInLabel: LabelDryRun}}
+	dryNS := Namespace{Labels: map[string]string{api.OptInLabel: api.LabelDryRun}}
 	withKinds := func(kinds string) Namespace {
-		return Namespace{Labels: optedNS.Labels, Annotations: map[string]string{AnnotationOwnerKinds: kinds}}
+		return Namespace{Labels: optedNS.Labels, Annotations: map[string]string{api.AnnotationOwnerKinds: kinds}}
 	}
 	tests := []struct {
 		name   string
@@ -43,12 +45,12 @@ func TestScope(t *testing.T) {
 		{"a DaemonSet's pod, by the Namespace's choice", basePod(ownedBy("DaemonSet")), withKinds("ReplicaSet, DaemonSet"), Config{}, Drain, ""},
 		{"a ReplicaSet's pod, left out by the Namespace's choice", basePod(ownedBy("ReplicaSet")), withKinds("StatefulSet"), Config{}, Skip, ReasonOwnerOutOfScope},
 		{"a bare pod (kubectl run)", basePod(ownedBy("")), optedNS, Config{}, Skip, ReasonBarePod},
-		{"a bare pod opting itself in", basePod(ownedBy(""), labelled(LabelEnabled)), Namespace{}, Config{}, Drain, ""},
-		{"a Job's pod opting itself in", basePod(ownedBy("Job"), labelled(LabelEnabled)), optedNS, Config{}, Drain, ""},
-		{"a pod opting out", basePod(labelled(LabelDisabled)), optedNS, Config{}, Skip, ReasonOptedOut},
+		{"a bare pod opting itself in", basePod(ownedBy(""), labelled(api.LabelEnabled)), Namespace{}, Config{}, Drain, ""},
+		{"a Job's pod opting itself in", basePod(ownedBy("Job"), labelled(api.LabelEnabled)), optedNS, Config{}, Drain, ""},
+		{"a pod opting out", basePod(labelled(api.LabelDisabled)), optedNS, Config{}, Skip, ReasonOptedOut},
 		{"a namespace in dry run", basePod(), dryNS, Config{}, DryRun, ""},
 		{"a Job's pod in a dry-run namespace", basePod(ownedBy("Job")), dryNS, Config{}, Skip, ReasonOwnerOutOfScope},
-		{"a pod in dry run", basePod(ownedBy(""), labelled(LabelDryRun)), Namespace{}, Config{}, DryRun, ""},
+		{"a pod in dry run", basePod(ownedBy(""), labelled(api.LabelDryRun)), Namespace{}, Config{}, DryRun, ""},
 		{"not opted in", basePod(), Namespace{}, Config{}, Skip, ReasonNotOptedIn},
 	}
 	for _, tt := range tests {
@@ -71,7 +73,7 @@ func TestScope(t *testing.T) {
 }
 
 func TestDryRunInjectsNothingAndSaysWhat(t *testing.T) {
-	dryNS := Namespace{Labels: map[string]string{OptInLabel: LabelDryRun}}
+	dryNS := Namespace{Labels: map[string]string{api.OptInLabel: api.LabelDryRun}}
 	p := basePod()
 	res, err := Inject(p, dryNS, cfg)
 	if err != nil || res.Reason != ReasonDryRun {
@@ -79,10 +81,10 @@ func TestDryRunInjectsNothingAndSaysWhat(t *testing.T) {
 	}
 	want := basePod()
 	got := p.DeepCopy()
-	summary := got.Annotations[AnnotationDryRun]
-	delete(got.Annotations, AnnotationDryRun)
+	summary := got.Annotations[api.AnnotationDryRun]
+	delete(got.Annotations, api.AnnotationDryRun)
 	if got.Spec.TerminationGracePeriodSeconds != nil || len(got.Spec.InitContainers) > 0 || got.Spec.Containers[0].Lifecycle != nil ||
-		len(got.Spec.Volumes) > 0 || got.Annotations[AnnotationStatus] != "" || len(got.Annotations) != len(want.Annotations) {
+		len(got.Spec.Volumes) > 0 || got.Annotations[api.AnnotationStatus] != "" || len(got.Annotations) != len(want.Annotations) {
 		t.Errorf("a dry run changed the pod: %+v", got)
 	}
 	for _, s := range []string{"would hook container tomcat with preStop \"/stickydrain/bin/drainctl wait", "--max-wait=12h0m0s",
@@ -92,10 +94,10 @@ func TestDryRunInjectsNothingAndSaysWhat(t *testing.T) {
 		}
 	}
 	// A bad parameter is recorded, not enforced: the pod is created.
-	bad := basePod(func(p *corev1.Pod) { p.Annotations[AnnotationMaxWait] = "forever" })
+	bad := basePod(func(p *corev1.Pod) { p.Annotations[api.AnnotationMaxWait] = "forever" })
 	res, err = Inject(bad, dryNS, cfg)
-	if err != nil || res.Reason != ReasonDryRun || !strings.HasPrefix(bad.Annotations[AnnotationDryRun], "would refuse the pod: annotation stickydrain.io/max-wait") {
-		t.Errorf("dry run of a bad pod: %+v %v %q", res, err, bad.Annotations[AnnotationDryRun])
+	if err != nil || res.Reason != ReasonDryRun || !strings.HasPrefix(bad.Annotations[api.AnnotationDryRun], "would refuse the pod: annotation stickydrain.io/max-wait") {
+		t.Errorf("dry run of a bad pod: %+v %v %q", res, err, bad.Annotations[api.AnnotationDryRun])
 	}
 }
 
@@ -112,13 +114,16 @@ func TestWarnings(t *testing.T) {
 		want []string
 	}{
 		{"a pod as the samples write it", basePod(ready), nil},
-		{"no session URL", basePod(ready, func(p *corev1.Pod) { delete(p.Annotations, AnnotationURL); delete(p.Annotations, AnnotationContext) }), []string{
+		{"no session URL", basePod(ready, func(p *corev1.Pod) {
+			delete(p.Annotations, api.AnnotationURL)
+			delete(p.Annotations, api.AnnotationContext)
+		}), []string{
 			"stickydrain: annotation stickydrain.io/url is not set: each pod gets a timed drain of the full max-wait (12h0m0s), sessions or not; set it to the app's session-count URL, e.g. http://localhost:8080/sessions"}},
 		{"a drain longer than the autoscaler waits", basePod(ready, func(p *corev1.Pod) { delete(p.Annotations, AutoscalerSafeToEvict) }), []string{
 			"stickydrain: max-wait needs a 43240s grace period, over cluster-autoscaler's default --max-graceful-termination-sec=600: a scale-down cuts the drain; raise that flag to 43240 or annotate the pods cluster-autoscaler.kubernetes.io/safe-to-evict=false"}},
 		{"a short drain needs nothing of the autoscaler", basePod(ready, func(p *corev1.Pod) {
 			delete(p.Annotations, AutoscalerSafeToEvict)
-			p.Annotations[AnnotationMaxWait] = "5m"
+			p.Annotations[api.AnnotationMaxWait] = "5m"
 		}), nil},
 		{"no readiness probe", basePod(ready, func(p *corev1.Pod) { p.Spec.Containers[0].ReadinessProbe = nil }), []string{
 			`stickydrain: container "tomcat" has no readinessProbe: new pods take sessions before the app is up, and draining pods stay serving if it hangs; add spec.containers[0].readinessProbe`}},
@@ -127,8 +132,8 @@ func TestWarnings(t *testing.T) {
 		{"no ports on the hooked container", basePod(ready, func(p *corev1.Pod) { p.Spec.Containers[0].Ports = nil }), []string{
 			`stickydrain: the drain hooks container "tomcat", which declares no ports; if another container serves the sessions, name it with annotation stickydrain.io/container`}},
 		{"an interval longer than the drain", basePod(ready, func(p *corev1.Pod) {
-			p.Annotations[AnnotationMaxWait] = "5m"
-			p.Annotations[AnnotationInterval] = "10m"
+			p.Annotations[api.AnnotationMaxWait] = "5m"
+			p.Annotations[api.AnnotationInterval] = "10m"
 		}), []string{"stickydrain: annotation stickydrain.io/interval (10m0s) exceeds stickydrain.io/max-wait (5m0s): the session count is read once at most; lower the interval"}},
 	}
 	for _, tt := range tests {

@@ -6,7 +6,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/stickydrain/stickydrain/drainctl/params"
+	"github.com/stickydrain/stickydrain/api"
+	"github.com/stickydrain/stickydrain/api/params"
 )
 
 // AutoscalerMaxGraceful is cluster-autoscaler's default
@@ -30,7 +31,7 @@ func warnings(spec *corev1.PodSpec, plan *Plan, w *params.Wait, get func(string)
 	c := spec.Containers[plan.Container]
 	if w.URL == "" {
 		out = append(out, fmt.Sprintf("stickydrain: annotation %s is not set: each pod gets a timed drain of the full max-wait (%s), sessions or not; set it to the app's session-count URL, e.g. http://localhost:8080/sessions",
-			AnnotationURL, w.MaxWait))
+			api.AnnotationURL, w.MaxWait))
 	}
 	if plan.Grace > AutoscalerMaxGraceful {
 		if v, _ := get(AutoscalerSafeToEvict); v != "false" {
@@ -45,11 +46,11 @@ func warnings(spec *corev1.PodSpec, plan *Plan, w *params.Wait, get func(string)
 		out = append(out, fmt.Sprintf("stickydrain: spec.shareProcessNamespace=true makes PID 1 the pause process; drainctl logs to the stdout of container %q's oldest process instead (kubectl logs -c %s)", c.Name, c.Name))
 	}
 	if len(c.Ports) == 0 {
-		out = append(out, fmt.Sprintf("stickydrain: the drain hooks container %q, which declares no ports; if another container serves the sessions, name it with annotation %s", c.Name, AnnotationContainer))
+		out = append(out, fmt.Sprintf("stickydrain: the drain hooks container %q, which declares no ports; if another container serves the sessions, name it with annotation %s", c.Name, api.AnnotationContainer))
 	}
 	if w.URL != "" && w.Interval > w.MaxWait {
 		out = append(out, fmt.Sprintf("stickydrain: annotation %s (%s) exceeds %s (%s): the session count is read once at most; lower the interval",
-			AnnotationInterval, w.Interval, AnnotationMaxWait, w.MaxWait))
+			api.AnnotationInterval, w.Interval, api.AnnotationMaxWait, w.MaxWait))
 	}
 	return out
 }

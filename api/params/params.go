@@ -1,8 +1,9 @@
-// Package params defines the parameters of `drainctl wait` and `drainctl
-// count`: their flags, defaults, validation, and the command line that
-// carries them. The webhook builds the injected preStop command with this
-// same package, so the flags it writes and the flags drainctl reads cannot
-// drift apart. It imports nothing from Kubernetes.
+// Package params binds the parameters of `drainctl wait` and `drainctl
+// count` (api.Params: names, defaults, help) to flags, validates them, and
+// writes the command line that carries them. The webhook builds the
+// injected preStop command with this same package and drainctl parses it,
+// so the flags one writes and the other reads cannot drift apart; it
+// belongs to neither binary. It imports nothing from Kubernetes.
 package params
 
 import (
@@ -17,84 +18,78 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/stickydrain/stickydrain/api"
 )
 
 // Annotations drainctl reads from the pod's downward-API annotations file
 // (--podinfo) while it waits. They are set by an operator with
 // `kubectl annotate pod`.
 const (
-	// ReleaseAnnotation ends a running drain at once when set to any value
-	// but "false". Exit status: StatusReleased.
-	ReleaseAnnotation = "stickydrain.io/release"
-	// MaxWaitAnnotation, when set on a running pod to a Go duration shorter
-	// than the drain's --max-wait, shortens it. Longer values are ignored:
-	// the pod's grace period was sized for the original maximum.
-	MaxWaitAnnotation = "stickydrain.io/max-wait"
+	// ReleaseAnnotation ends a running drain (api.AnnotationRelease).
+	ReleaseAnnotation = api.AnnotationRelease
+	// MaxWaitAnnotation shortens a running drain (api.AnnotationMaxWait).
+	MaxWaitAnnotation = api.AnnotationMaxWait
 )
 
 // Formats of the session-count endpoint.
 const (
-	FormatAuto           = "auto"
-	FormatNumber         = "number"
-	FormatJSON           = "json"
-	FormatPrometheus     = "prometheus"
-	FormatTomcatList     = "tomcat-list"
-	FormatTomcatSessions = "tomcat-sessions"
-	FormatMatch          = "match"
+	FormatAuto           = api.FormatAuto
+	FormatNumber         = api.FormatNumber
+	FormatJSON           = api.FormatJSON
+	FormatPrometheus     = api.FormatPrometheus
+	FormatTomcatList     = api.FormatTomcatList
+	FormatTomcatSessions = api.FormatTomcatSessions
+	FormatMatch          = api.FormatMatch
 )
-
-// Formats lists every accepted --format value.
-var Formats = []string{FormatAuto, FormatNumber, FormatJSON, FormatPrometheus, FormatTomcatList, FormatTomcatSessions, FormatMatch}
 
 // Log formats.
 const (
-	LogText = "text"
-	LogJSON = "json"
+	LogText = api.LogText
+	LogJSON = api.LogJSON
 )
 
-// Flag names. The webhook maps its annotations onto these.
+// Flag names: the parameters' names (api.Params).
 const (
-	FlagURL              = "url"
-	FlagFormat           = "format"
-	FlagJSONPath         = "json-path"
-	FlagMetric           = "metric"
-	FlagContext          = "context"
-	FlagIdleBelow        = "idle-below"
-	FlagPattern          = "pattern"
-	FlagTarget           = "target"
-	FlagMinWait          = "min-wait"
-	FlagMaxWait          = "max-wait"
-	FlagInterval         = "interval"
-	FlagRequestTimeout   = "request-timeout"
-	FlagMaxBodyBytes     = "max-body-bytes"
-	FlagUnreachableLimit = "unreachable-limit"
-	FlagPodinfo          = "podinfo"
-	FlagBasicAuthFile    = "basic-auth-file"
-	FlagBasicAuthEnv     = "basic-auth-env"
-	FlagBearerTokenFile  = "bearer-token-file"
-	FlagBearerTokenEnv   = "bearer-token-env"
-	FlagHeaderFile       = "header-file"
-	FlagInsecureTLS      = "insecure-skip-tls-verify"
-	FlagLogFormat        = "log-format"
-	FlagLogFile          = "log-file"
+	FlagURL              = api.ParamURL
+	FlagFormat           = api.ParamFormat
+	FlagJSONPath         = api.ParamJSONPath
+	FlagMetric           = api.ParamMetric
+	FlagContext          = api.ParamContext
+	FlagIdleBelow        = api.ParamIdleBelow
+	FlagPattern          = api.ParamPattern
+	FlagTarget           = api.ParamTarget
+	FlagMinWait          = api.ParamMinWait
+	FlagMaxWait          = api.ParamMaxWait
+	FlagInterval         = api.ParamInterval
+	FlagRequestTimeout   = api.ParamRequestTimeout
+	FlagMaxBodyBytes     = api.ParamMaxBodyBytes
+	FlagUnreachableLimit = api.ParamUnreachableLimit
+	FlagPodinfo          = api.ParamPodinfo
+	FlagBasicAuthFile    = api.ParamBasicAuthFile
+	FlagBasicAuthEnv     = api.ParamBasicAuthEnv
+	FlagBearerTokenFile  = api.ParamBearerTokenFile
+	FlagBearerTokenEnv   = api.ParamBearerTokenEnv
+	FlagHeaderFile       = api.ParamHeaderFile
+	FlagInsecureTLS      = api.ParamInsecureTLS
+	FlagLogFormat        = api.ParamLogFormat
+	FlagLogFile          = api.ParamLogFile
 	// The pod's own preStop hook of another kind than exec, kept by the
 	// webhook: run first, then the drain (not annotations).
-	FlagPreSleep      = "pre-sleep"
-	FlagPreHTTPGet    = "pre-http-get"
-	FlagPreHTTPHeader = "pre-http-header"
+	FlagPreSleep      = api.ParamPreSleep
+	FlagPreHTTPGet    = api.ParamPreHTTPGet
+	FlagPreHTTPHeader = api.ParamPreHTTPHeader
 )
 
 // Defaults.
 const (
-	DefaultMinWait          = 10 * time.Second
-	DefaultMaxWait          = time.Hour
-	DefaultInterval         = 10 * time.Second
-	DefaultRequestTimeout   = 5 * time.Second
-	DefaultMaxBodyBytes     = 1 << 20
-	DefaultUnreachableLimit = 6
-	// PreHTTPGetTimeout bounds the pod's own httpGet preStop call, so that
-	// the grace period can count it.
-	PreHTTPGetTimeout = 30 * time.Second
+	DefaultMinWait          = api.DefaultMinWait
+	DefaultMaxWait          = api.DefaultMaxWait
+	DefaultInterval         = api.DefaultInterval
+	DefaultRequestTimeout   = api.DefaultRequestTimeout
+	DefaultMaxBodyBytes     = api.DefaultMaxBodyBytes
+	DefaultUnreachableLimit = api.DefaultUnreachableLimit
+	PreHTTPGetTimeout       = api.PreHTTPGetTimeout
 )
 
 // Source says where and how to read the session count.
@@ -154,39 +149,51 @@ func NewWait() *Wait {
 	}
 }
 
+// usages are the flags' help texts, from api.Params.
+func usages() map[string]string {
+	u := map[string]string{}
+	for _, p := range api.Params() {
+		u[p.Name] = p.Usage
+	}
+	return u
+}
+
 // BindSource registers the source flags on fs.
-func (s *Source) BindSource(fs *pflag.FlagSet) {
-	fs.StringVar(&s.URL, FlagURL, s.URL, "session-count `URL`, normally http://localhost:PORT/... (the pod itself); empty: a timed drain of --max-wait")
-	fs.Var(choice{&s.Format, Formats}, FlagFormat, "body `format`: "+strings.Join(Formats, "|"))
-	fs.StringVar(&s.JSONPath, FlagJSONPath, s.JSONPath, "json: dot `path` to the count, numeric indexes for arrays (e.g. measurements.0.value)")
-	fs.Var(metricValue{&s.Metric}, FlagMetric, "prometheus: `metric` name with optional label matchers, e.g. 'tomcat_sessions_active_current_sessions{name=\"app\"}'; matching series are summed")
-	fs.StringVar(&s.Context, FlagContext, s.Context, "tomcat-list: context `path` of the application (ROOT is /); empty sums all but /manager and /host-manager")
-	fs.Var(durationValue{&s.IdleBelow, 0}, FlagIdleBelow, "tomcat-sessions: count only sessions active within this `duration` (e.g. 30m); 0 counts all")
-	fs.Var(regexpValue{&s.Pattern}, FlagPattern, "match: still draining while the body matches this case-insensitive `regexp` (e.g. DRAINING)")
-	fs.Var(durationValue{&s.RequestTimeout, time.Millisecond}, FlagRequestTimeout, "timeout of one request (`duration`)")
-	fs.Var(intValue[int64]{&s.MaxBodyBytes, 1}, FlagMaxBodyBytes, "largest response body read, in `bytes`")
-	fs.BoolVar(&s.InsecureTLS, FlagInsecureTLS, s.InsecureTLS, "do not verify the endpoint's TLS certificate (https on localhost with a self-signed certificate)")
-	fs.StringVar(&s.BasicAuthFile, FlagBasicAuthFile, s.BasicAuthFile, "`file` holding user:password for basic auth")
-	fs.Var(envName{&s.BasicAuthEnv}, FlagBasicAuthEnv, "environment `variable` holding user:password for basic auth")
-	fs.StringVar(&s.BearerTokenFile, FlagBearerTokenFile, s.BearerTokenFile, "`file` holding a bearer token")
-	fs.Var(envName{&s.BearerTokenEnv}, FlagBearerTokenEnv, "environment `variable` holding a bearer token")
-	fs.StringVar(&s.HeaderFile, FlagHeaderFile, s.HeaderFile, "`file` of extra request headers, one 'Name: value' a line")
+func (s *Source) BindSource(fs *pflag.FlagSet) { s.bindSource(fs, usages()) }
+
+func (s *Source) bindSource(fs *pflag.FlagSet, u map[string]string) {
+	fs.StringVar(&s.URL, FlagURL, s.URL, u[FlagURL])
+	fs.Var(choice{&s.Format, api.Formats()}, FlagFormat, u[FlagFormat])
+	fs.StringVar(&s.JSONPath, FlagJSONPath, s.JSONPath, u[FlagJSONPath])
+	fs.Var(metricValue{&s.Metric}, FlagMetric, u[FlagMetric])
+	fs.StringVar(&s.Context, FlagContext, s.Context, u[FlagContext])
+	fs.Var(durationValue{&s.IdleBelow, 0}, FlagIdleBelow, u[FlagIdleBelow])
+	fs.Var(regexpValue{&s.Pattern}, FlagPattern, u[FlagPattern])
+	fs.Var(durationValue{&s.RequestTimeout, time.Millisecond}, FlagRequestTimeout, u[FlagRequestTimeout])
+	fs.Var(intValue[int64]{&s.MaxBodyBytes, 1}, FlagMaxBodyBytes, u[FlagMaxBodyBytes])
+	fs.BoolVar(&s.InsecureTLS, FlagInsecureTLS, s.InsecureTLS, u[FlagInsecureTLS])
+	fs.StringVar(&s.BasicAuthFile, FlagBasicAuthFile, s.BasicAuthFile, u[FlagBasicAuthFile])
+	fs.Var(envName{&s.BasicAuthEnv}, FlagBasicAuthEnv, u[FlagBasicAuthEnv])
+	fs.StringVar(&s.BearerTokenFile, FlagBearerTokenFile, s.BearerTokenFile, u[FlagBearerTokenFile])
+	fs.Var(envName{&s.BearerTokenEnv}, FlagBearerTokenEnv, u[FlagBearerTokenEnv])
+	fs.StringVar(&s.HeaderFile, FlagHeaderFile, s.HeaderFile, u[FlagHeaderFile])
 }
 
 // Bind registers every flag of `drainctl wait` on fs.
 func (w *Wait) Bind(fs *pflag.FlagSet) {
-	w.BindSource(fs)
-	fs.Var(floatValue{&w.Target}, FlagTarget, "drained when the count is at or below this `number`")
-	fs.Var(durationValue{&w.MinWait, 0}, FlagMinWait, "never end drained before this `duration`, so the load balancer's drain takes effect first")
-	fs.Var(durationValue{&w.MaxWait, time.Millisecond}, FlagMaxWait, "give up waiting after this `duration`")
-	fs.Var(durationValue{&w.Interval, time.Millisecond}, FlagInterval, "`duration` between polls (with ±10% jitter)")
-	fs.Var(intValue[int]{&w.UnreachableLimit, 1}, FlagUnreachableLimit, "end after this many consecutive failed polls (`count`): the app is gone or hung")
-	fs.StringVar(&w.Podinfo, FlagPodinfo, w.Podinfo, "downward-API annotations `file`: "+ReleaseAnnotation+" ends the drain, a shorter "+MaxWaitAnnotation+" shortens it")
-	fs.Var(choice{&w.LogFormat, []string{LogText, LogJSON}}, FlagLogFormat, "log `format`: text|json")
-	fs.Var(durationValue{&w.PreSleep, 0}, FlagPreSleep, "sleep this `duration` before the drain: the pod's own preStop sleep, kept by the webhook")
-	fs.StringVar(&w.PreHTTPGet, FlagPreHTTPGet, w.PreHTTPGet, "GET this `URL` before the drain (at most "+PreHTTPGetTimeout.String()+", TLS not verified, as the kubelet calls it): the pod's own preStop httpGet, kept by the webhook")
-	fs.StringArrayVar(&w.PreHTTPHeaders, FlagPreHTTPHeader, w.PreHTTPHeaders, "`'Name: value'` header of the --pre-http-get request; repeat it for more")
-	fs.StringVar(&w.LogFile, FlagLogFile, w.LogFile, "log to this `file` (default: the stdout of the container's main process — PID 1, or with shareProcessNamespace the oldest process of drainctl's own cgroup — when writable, else stderr)")
+	u := usages()
+	w.bindSource(fs, u)
+	fs.Var(floatValue{&w.Target}, FlagTarget, u[FlagTarget])
+	fs.Var(durationValue{&w.MinWait, 0}, FlagMinWait, u[FlagMinWait])
+	fs.Var(durationValue{&w.MaxWait, time.Millisecond}, FlagMaxWait, u[FlagMaxWait])
+	fs.Var(durationValue{&w.Interval, time.Millisecond}, FlagInterval, u[FlagInterval])
+	fs.Var(intValue[int]{&w.UnreachableLimit, 1}, FlagUnreachableLimit, u[FlagUnreachableLimit])
+	fs.StringVar(&w.Podinfo, FlagPodinfo, w.Podinfo, u[FlagPodinfo])
+	fs.Var(choice{&w.LogFormat, []string{LogText, LogJSON}}, FlagLogFormat, u[FlagLogFormat])
+	fs.Var(durationValue{&w.PreSleep, 0}, FlagPreSleep, u[FlagPreSleep])
+	fs.StringVar(&w.PreHTTPGet, FlagPreHTTPGet, w.PreHTTPGet, u[FlagPreHTTPGet])
+	fs.StringArrayVar(&w.PreHTTPHeaders, FlagPreHTTPHeader, w.PreHTTPHeaders, u[FlagPreHTTPHeader])
+	fs.StringVar(&w.LogFile, FlagLogFile, w.LogFile, u[FlagLogFile])
 }
 
 // Validate checks what single flags cannot: combinations. Its errors name

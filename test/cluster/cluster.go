@@ -118,6 +118,9 @@ type Cluster struct {
 	watchdog *exec.Cmd
 	sigCh    chan os.Signal
 	stopOnce sync.Once
+	// procMu guards kcm and sched: Stop may run from the signal handler
+	// while Start is still starting them.
+	procMu sync.Mutex
 	stopErr  error
 	logf     func(string, ...any)
 }
@@ -126,6 +129,9 @@ type Cluster struct {
 // the Nodes and waits until the controller manager is running. On error it
 // leaves nothing behind.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+	if inShortTests() {
+		return nil, ErrShort
+	}
 	logf := opts.Log
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -322,7 +328,9 @@ func (c *Cluster) startControllerManager(ctx context.Context, binDir string, con
 		logFile.Close()
 		return fmt.Errorf("starting kube-controller-manager: %w", err)
 	}
+	c.procMu.Lock()
 	c.kcm = cmd
+	c.procMu.Unlock()
 	c.appendPid(cmd.Process.Pid)
 	go func() {
 		_ = cmd.Wait()
@@ -368,7 +376,9 @@ func (c *Cluster) startScheduler(binDir string) error {
 		logFile.Close()
 		return fmt.Errorf("starting kube-scheduler: %w", err)
 	}
+	c.procMu.Lock()
 	c.sched = cmd
+	c.procMu.Unlock()
 	c.appendPid(cmd.Process.Pid)
 	go func() { _ = cmd.Wait(); logFile.Close() }()
 	return nil
@@ -466,15 +476,18 @@ func (c *Cluster) registerNode(ctx context.Context, name string) error {
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
 		var errs []error
-		if c.sched != nil && c.sched.Process != nil {
-			_ = syscall.Kill(-c.sched.Process.Pid, syscall.SIGKILL)
+		c.procMu.Lock()
+		sched, kcm := c.sched, c.kcm
+		c.procMu.Unlock()
+		if sched != nil && sched.Process != nil {
+			_ = syscall.Kill(-sched.Process.Pid, syscall.SIGKILL)
 		}
-		if c.kcm != nil && c.kcm.Process != nil {
-			_ = syscall.Kill(-c.kcm.Process.Pid, syscall.SIGTERM)
+		if kcm != nil && kcm.Process != nil {
+			_ = syscall.Kill(-kcm.Process.Pid, syscall.SIGTERM)
 			select {
 			case <-c.kcmDone:
 			case <-time.After(10 * time.Second):
-				_ = syscall.Kill(-c.kcm.Process.Pid, syscall.SIGKILL)
+				_ = syscall.Kill(-kcm.Process.Pid, syscall.SIGKILL)
 				<-c.kcmDone
 			}
 		}

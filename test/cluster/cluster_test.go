@@ -188,6 +188,7 @@ func must(t *testing.T, err error) {
 }
 
 func TestStopLeavesNothing(t *testing.T) {
+	cluster.SkipIfShort(t)
 	c, err := cluster.Start(context.Background(), cluster.Options{Log: t.Logf})
 	if err != nil {
 		t.Fatal(err)
@@ -205,6 +206,7 @@ func TestStopLeavesNothing(t *testing.T) {
 // TestInterruptedTestLeavesNothing starts a cluster in a child test process
 // and kills that process, as Ctrl-C or a timeout would, without Stop.
 func TestInterruptedTestLeavesNothing(t *testing.T) {
+	cluster.SkipIfShort(t)
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
 			cmd := exec.Command(os.Args[0])

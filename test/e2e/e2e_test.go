@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
 )
 
@@ -252,6 +253,7 @@ func disruptOne(t *testing.T, opts Options, disrupt func(ctx context.Context, en
 // two NGINX Plus API emulators (not NGINX Plus) at once: users go through
 // HAProxy, and the emulators' API state is asserted at each step.
 func TestRolloutAlsoDrainsOnNGINXPlus(t *testing.T) {
+	cluster.SkipIfShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	env, err := Start(ctx, Options{Log: t.Logf, NGINXPlus: true})

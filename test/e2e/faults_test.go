@@ -340,6 +340,7 @@ func startEnv(t *testing.T, opts Options) (context.Context, *Env) {
 // startEnvWithin is startEnv with within for the test.
 func startEnvWithin(t *testing.T, opts Options, within time.Duration) (context.Context, *Env) {
 	t.Helper()
+	cluster.SkipIfShort(t)
 	if opts.Node && opts.RealNodeLock == nil {
 		// Another package's test may hold the real node: wait for it
 		// before the clock starts.

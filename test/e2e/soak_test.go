@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
 )
 
@@ -56,6 +57,7 @@ func soakFlavour(vs []haproxytest.Version, name string) (haproxytest.Flavour, er
 }
 
 func TestSoak(t *testing.T) {
+	cluster.SkipIfShort(t)
 	duration := 2 * time.Minute
 	if v := os.Getenv("STICKYDRAIN_SOAK_DURATION"); v != "" {
 		d, err := time.ParseDuration(v)

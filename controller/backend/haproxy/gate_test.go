@@ -172,7 +172,13 @@ func TestTheGateLetsGoAtItsLimit(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || took < limit || took > limit+2*time.Second {
 		t.Errorf("an unfilled process answered %d after %v; want 503 after the gate's limit, %v", resp.StatusCode, took.Round(time.Millisecond), limit)
 	}
-	if log := h.Log(); !strings.Contains(log, "stickydrain gate: no \"filled\" or \"replayed\"") {
+	// HAProxy writes its log lines on its own time: look for a while.
+	const want = "stickydrain gate: no \"filled\" or \"replayed\""
+	deadline := time.Now().Add(3 * time.Second)
+	for !strings.Contains(h.Log(), want) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if log := h.Log(); !strings.Contains(log, want) {
 		t.Errorf("the log does not say the gate let a request through unfilled:\n%s", log)
 	}
 }

@@ -84,7 +84,7 @@ test: deps test-parts ## Unit, integration and end-to-end tests (-race) on a rea
 	  $(GO) test -race -count=1 -timeout 20m ./...
 	@# The Go benchmarks make bench runs, once each (none timed): a broken one
 	@# fails here, not in make bench.
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./webhook/inject ./webhook/admit ./controller/source ./controller/plan ./drainctl/
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./webhook/inject ./webhook/admit ./controller/endpoints ./controller/plan ./drainctl/
 	@# Each part is asked for first: one that fails (an HAProxy version of
 	@# the matrix missing, say) fails the run, never leaves a test to fall
 	@# back on what the machine has. Packages one at a time (-p 1).

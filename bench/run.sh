@@ -24,7 +24,7 @@ if [ "${BENCH_ONLY:-}" != go ]; then
 	done
 fi
 echo "running Go benchmarks (pure functions, drainctl footprint) …" >&2
-go test -run '^$' -bench . -benchmem -count 1 ./webhook/inject ./webhook/admit ./controller/source ./controller/plan | tee -a "$raw" >&2
+go test -run '^$' -bench . -benchmem -count 1 ./webhook/inject ./webhook/admit ./controller/endpoints ./controller/plan | tee -a "$raw" >&2
 go test -run '^$' -bench BenchmarkPollFootprint -benchtime 2x ./drainctl/ | tee -a "$raw" >&2
 # Whether the tree differs from the commit (this file aside, which is being written).
 dirty=""

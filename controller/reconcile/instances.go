@@ -10,7 +10,7 @@ import (
 
 	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/config"
-	endpoints "github.com/stickydrain/stickydrain/controller/source"
+	"github.com/stickydrain/stickydrain/controller/endpoints"
 )
 
 // instancesOf lists a load balancer's instances: its static addresses, or

@@ -36,9 +36,9 @@ import (
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/backend/nginxplus"
 	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/endpoints"
 	"github.com/stickydrain/stickydrain/controller/liveness"
 	"github.com/stickydrain/stickydrain/controller/plan"
-	endpoints "github.com/stickydrain/stickydrain/controller/source"
 	"github.com/stickydrain/stickydrain/controller/tenancy"
 )
 

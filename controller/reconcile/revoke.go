@@ -13,7 +13,7 @@ import (
 
 	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/controller/config"
-	endpoints "github.com/stickydrain/stickydrain/controller/source"
+	"github.com/stickydrain/stickydrain/controller/endpoints"
 	"github.com/stickydrain/stickydrain/controller/tenancy"
 )
 

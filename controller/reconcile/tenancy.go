@@ -17,7 +17,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/stickydrain/stickydrain/api"
-	endpoints "github.com/stickydrain/stickydrain/controller/source"
+	"github.com/stickydrain/stickydrain/controller/endpoints"
 	"github.com/stickydrain/stickydrain/controller/tenancy"
 )
 

@@ -1,6 +1,6 @@
-// Package source turns a Service's EndpointSlices into the desired servers
+// Package endpoints turns a Service's EndpointSlices into the desired servers
 // of its load-balancer upstreams. It is a pure function of its inputs.
-package source
+package endpoints
 
 import (
 	"fmt"

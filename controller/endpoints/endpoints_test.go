@@ -1,4 +1,4 @@
-package source
+package endpoints
 
 import (
 	"net/netip"

@@ -141,9 +141,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	// Services by the upstreams they map, so that deciding who owns an
 	// upstream reads the few Services mapping it, not every Service.
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Service{}, indexUpstream, func(o client.Object) []string {
-		return upstreamKeys(o.GetAnnotations()[api.AnnotationUpstreams])
-	}); err != nil {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Service{}, indexUpstream, byUpstream); err != nil {
 		return fmt.Errorf("indexing Services by upstream: %w", err)
 	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Service{}, indexLB, func(o client.Object) []string {

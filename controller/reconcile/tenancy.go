@@ -67,8 +67,9 @@ func (r *Reconciler) claim(ctx context.Context, p *tenancy.Policy, svc types.Nam
 
 // ownerOf is the Service that owns upstream u: the one it is pinned to,
 // else the oldest allowed Service mapping it (then by namespace/name);
-// nil when no Service may.
-func (r *Reconciler) ownerOf(ctx context.Context, p *tenancy.Policy, u upstreamRef) (*corev1.Service, error) {
+// nil when no Service may. known holds verdicts the caller has already
+// reached in this pass (its own Service's), which are not asked again.
+func (r *Reconciler) ownerOf(ctx context.Context, p *tenancy.Policy, u upstreamRef, known map[types.NamespacedName]tenancy.Verdict) (*corev1.Service, error) {
 	var list corev1.ServiceList
 	if err := r.Client.List(ctx, &list, client.MatchingFields{indexUpstream: u.String()}); err != nil {
 		return nil, fmt.Errorf("listing the Services mapped onto %s: %w", u, err)
@@ -83,9 +84,12 @@ func (r *Reconciler) ownerOf(ctx context.Context, p *tenancy.Policy, u upstreamR
 		if err != nil || !slices.Contains(ups, u) {
 			continue
 		}
-		v, err := r.claim(ctx, p, client.ObjectKeyFromObject(o), u)
-		if err != nil {
-			return nil, err
+		k := client.ObjectKeyFromObject(o)
+		v, ok := known[k]
+		if !ok {
+			if v, err = r.claim(ctx, p, k, u); err != nil {
+				return nil, err
+			}
 		}
 		if v.Allowed {
 			owner = o
@@ -114,7 +118,7 @@ func (r *Reconciler) owned(ctx context.Context, p *tenancy.Policy, svc *corev1.S
 			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, api.ReasonUpstreamNotAllowed, action("Map", u.String()), "%s; no load balancer was changed for it", v.Message)
 			continue
 		}
-		owner, err := r.ownerOf(ctx, p, u)
+		owner, err := r.ownerOf(ctx, p, u, map[types.NamespacedName]tenancy.Verdict{key: v})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -142,7 +146,7 @@ func (r *Reconciler) release(ctx context.Context, p *tenancy.Policy, key types.N
 		if slices.Contains(keep, u) {
 			continue
 		}
-		owner, err := r.ownerOf(ctx, p, u)
+		owner, err := r.ownerOf(ctx, p, u, nil)
 		if err != nil {
 			logf.FromContext(ctx).Error(err, "finding the next owner of a released upstream", "upstream", u.String())
 			held = append(held, u)

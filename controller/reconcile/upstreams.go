@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/controller/config"
 )
@@ -50,6 +52,11 @@ const (
 	indexUpstream = "stickydrain.io/upstream"
 	indexLB       = "stickydrain.io/lb"
 )
+
+// byUpstream indexes a Service by each "<lb>/<upstream>" it maps.
+func byUpstream(o client.Object) []string {
+	return upstreamKeys(o.GetAnnotations()[api.AnnotationUpstreams])
+}
 
 // upstreamKeys are the "<lb>/<upstream>" entries of an upstreams
 // annotation, unvalidated (ParseUpstreams validates).

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/drivers"
 	"github.com/stickydrain/stickydrain/controller/reconcile"
 	"github.com/stickydrain/stickydrain/internal/cmdline"
 	"github.com/stickydrain/stickydrain/internal/kubeflags"
@@ -90,12 +91,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "controller: reading configuration:", err)
 		os.Exit(2)
 	}
-	cfg, err := config.Parse(raw)
+	lbTypes := drivers.New()
+	cfg, err := config.Parse(raw, lbTypes)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "controller: %s: %v\n", configPath, err)
-		os.Exit(2)
-	}
-	if err := supported(cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "controller: %s: %v\n", configPath, err)
 		os.Exit(2)
 	}
@@ -141,12 +139,13 @@ func main() {
 		os.Exit(1)
 	}
 	r := &reconcile.Reconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Config:    cfg,
-		Factory:   reconcile.DefaultFactory(log.WithName("instances")),
-		Recorder:  mgr.GetEventRecorder("stickydrain-controller"),
-		Metrics:   m,
+		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
+		Config:      cfg,
+		Drivers:     lbTypes,
+		InstanceLog: log.WithName("instances"),
+		Recorder:    mgr.GetEventRecorder("stickydrain-controller"),
+		Metrics:     m,
 
 		Concurrency: concurrency,
 	}
@@ -158,12 +157,7 @@ func main() {
 	// the running configuration kept.
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		refusal := "" // what the last refused change would have taken
-		config.Watch(ctx, configPath, raw, 5*time.Second, func(c *config.Config) bool {
-			if err := supported(c); err != nil {
-				m.ConfigChange("invalid")
-				log.Error(err, "refusing configuration change; keeping the running configuration", "config", configPath)
-				return true
-			}
+		config.Watch(ctx, configPath, raw, 5*time.Second, lbTypes, func(c *config.Config) bool {
 			// A change that would take servers out of live upstreams is
 			// refused: they leave when their pods go or their Service is
 			// unmapped, not because a line of the configuration went.
@@ -223,14 +217,4 @@ func main() {
 		log.Error(err, "controller stopped")
 		os.Exit(1)
 	}
-}
-
-// supported refuses load-balancer types this build cannot drive yet.
-func supported(c *config.Config) error {
-	for i, lb := range c.LoadBalancers {
-		if lb.Type != config.TypeHAProxy && lb.Type != config.TypeNGINXPlus {
-			return fmt.Errorf("loadBalancers[%d].type %s is not supported by this build yet", i, lb.Type)
-		}
-	}
-	return nil
 }

@@ -48,7 +48,7 @@ func TestTenancy(t *testing.T) {
 	emu := emulator.New(emulator.Options{Upstreams: []emulator.Upstream{{Name: "shop", Zone: "shop"}}})
 	srv := httptest.NewServer(emu.Handler())
 	t.Cleanup(srv.Close)
-	plus, err := nginxplus.New(srv.URL+"/api", config.LoadBalancer{Name: "plus", Type: config.TypeNGINXPlus, Timeout: config.Duration{Duration: time.Second}})
+	plus, err := nginxplus.New(srv.URL+"/api", config.LoadBalancer{Name: "plus", Type: nginxplus.Type, Timeout: config.Duration{Duration: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/drivers"
 )
 
 // The HAProxy configuration and the systemd drop-in that
@@ -83,7 +84,7 @@ func TestTheDocsConfigurationsParseAndTheThreatModelsTestsExist(t *testing.T) {
 				open = false
 				if len(block) > 0 && strings.HasPrefix(block[0], "loadBalancers:") {
 					parsed++
-					if _, err := config.Parse([]byte(strings.Join(block, "\n"))); err != nil {
+					if _, err := config.Parse([]byte(strings.Join(block, "\n")), drivers.New()); err != nil {
 						t.Errorf("%s: a configuration shown does not parse: %v\n%s", page, err, strings.Join(block, "\n"))
 					}
 				}

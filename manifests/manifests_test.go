@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/drivers"
 	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/manifests"
 	"github.com/stickydrain/stickydrain/test/testbin"
@@ -523,7 +524,7 @@ func TestTheBinariesAcceptTheShippedArguments(t *testing.T) {
 	if cm.Namespace != ns {
 		t.Errorf("the sample configuration is in namespace %q, want %s", cm.Namespace, ns)
 	}
-	if _, err := config.Parse([]byte(cm.Data["controller.yaml"])); err != nil {
+	if _, err := config.Parse([]byte(cm.Data["controller.yaml"]), drivers.New()); err != nil {
 		t.Errorf("the sample controller configuration: %v", err)
 	}
 }

@@ -65,4 +65,7 @@ type Heartbeater interface {
 	// HasMarker reports whether the instance is configured with a marker
 	// at all (HAProxy's readyMap); without one there is nothing to age.
 	HasMarker() bool
+	// MarkerFreshFor is the age past which a marker is stale: not
+	// refreshed by Heartbeat, the instance filled and marked again.
+	MarkerFreshFor() time.Duration
 }

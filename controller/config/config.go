@@ -5,9 +5,7 @@ package config
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
-	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -17,11 +15,13 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Load-balancer types.
-const (
-	TypeHAProxy   = "haproxy"
-	TypeNGINXPlus = "nginx-plus"
-)
+// TypeChecker checks what belongs to a load balancer's type — that the
+// type exists, its options, its instance addresses — for Validate: the
+// backends' drivers know it (backend.Registry implements it). Each error
+// names its field under field (loadBalancers[i]).
+type TypeChecker interface {
+	CheckType(field string, lb LoadBalancer) []error
+}
 
 // Config is the file given with --config.
 //
@@ -226,7 +226,7 @@ func (d Duration) MarshalJSON() ([]byte, error) { return []byte(`"` + d.String()
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
 
 // Parse reads and validates a configuration.
-func Parse(b []byte) (*Config, error) {
+func Parse(b []byte, types TypeChecker) (*Config, error) {
 	var c Config
 	if err := yaml.UnmarshalStrict(b, &c); err != nil {
 		return nil, fmt.Errorf("parsing configuration: %w", err)
@@ -239,27 +239,31 @@ func Parse(b []byte) (*Config, error) {
 			c.LoadBalancers[i].Timeout.Duration = 5 * time.Second
 		}
 	}
-	if err := c.Validate(); err != nil {
+	if err := c.Validate(types); err != nil {
 		return nil, err
 	}
 	return &c, nil
 }
 
 // Load reads the file at path.
-func Load(path string) (*Config, error) {
+func Load(path string, types TypeChecker) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading configuration: %w", err)
 	}
-	c, err := Parse(b)
+	c, err := Parse(b, types)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, nil
 }
 
-// Validate reports every problem, each naming its field.
-func (c *Config) Validate() error {
+// Validate reports every problem, each naming its field: what every
+// load balancer shares here, what belongs to its type from types.
+func (c *Config) Validate(types TypeChecker) error {
+	if types == nil {
+		return errors.New("config: no load-balancer types to check against (a build registers them: controller/drivers)")
+	}
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
@@ -276,44 +280,7 @@ func (c *Config) Validate() error {
 			bad(f+".name", "%q is used twice", lb.Name)
 		}
 		seen[lb.Name] = true
-		switch lb.Type {
-		case TypeHAProxy, TypeNGINXPlus:
-		default:
-			bad(f+".type", "%q is not one of %s, %s", lb.Type, TypeHAProxy, TypeNGINXPlus)
-		}
-		if o := lb.NGINXPlus; o != nil {
-			if lb.Type != TypeNGINXPlus {
-				bad(f+".nginxPlus", "only for type %s", TypeNGINXPlus)
-			}
-			if o.APIVersion != 0 && (o.APIVersion < 4 || o.APIVersion > 9) {
-				bad(f+".nginxPlus.apiVersion", "%d is not supported; want 4 to 9, or 0 to negotiate", o.APIVersion)
-			}
-		}
-		if o := lb.HAProxy; o != nil {
-			if lb.Type != TypeHAProxy {
-				bad(f+".haproxy", "only for type %s", TypeHAProxy)
-			}
-			if o.ReadyMap != "" && (!strings.HasPrefix(o.ReadyMap, "/") || strings.ContainsAny(o.ReadyMap, " \t;")) {
-				bad(f+".haproxy.readyMap", "%q is not an absolute path without spaces or ';' (the map file as haproxy.cfg names it)", o.ReadyMap)
-			}
-			switch o.Mode {
-			case "", HAProxySlots, HAProxyDynamic:
-			default:
-				bad(f+".haproxy.mode", "%q is not one of %s (the default), %s (HAProxy 3.0 and later)", o.Mode, HAProxySlots, HAProxyDynamic)
-			}
-			if t := o.TLS; t != nil {
-				for name, v := range map[string]string{"caFile": t.CAFile, "certFile": t.CertFile, "keyFile": t.KeyFile} {
-					if !strings.HasPrefix(v, "/") {
-						bad(f+".haproxy.tls."+name, "%q: want the absolute path of a PEM file in the controller's container", v)
-					}
-				}
-				for j, a := range lb.Instances.Static {
-					if !strings.HasPrefix(a, "tcp://") {
-						bad(fmt.Sprintf("%s.instances.static[%d]", f, j), "%q: haproxy.tls needs tcp://host:port addresses", a)
-					}
-				}
-			}
-		}
+		errs = append(errs, types.CheckType(f, lb)...)
 		validateTenancy(f, lb, bad)
 		if lb.Timeout.Duration <= 0 {
 			bad(f+".timeout", "want a positive duration")
@@ -324,11 +291,6 @@ func (c *Config) Validate() error {
 			bad(f+".instances", "give static or service, not both")
 		case len(in.Static) == 0 && in.Service == nil:
 			bad(f+".instances", "empty; want static: [addresses] or service: {namespace, name, port}")
-		}
-		for j, a := range in.Static {
-			if err := CheckAddress(lb.Type, a); err != nil {
-				bad(fmt.Sprintf("%s.instances.static[%d]", f, j), "%v", err)
-			}
 		}
 		if s := in.Service; s != nil {
 			if s.Namespace == "" || s.Name == "" || s.Port == "" {
@@ -400,6 +362,20 @@ func validateNamespaces(f string, n *Namespaces, bad func(field, format string, 
 	}
 }
 
+// OptionFields lists the type-specific option fields set on lb, by their
+// names in the file: a driver takes its own (backend.Driver.OptionsField),
+// and the others are refused.
+func (lb LoadBalancer) OptionFields() []string {
+	var out []string
+	if lb.HAProxy != nil {
+		out = append(out, "haproxy")
+	}
+	if lb.NGINXPlus != nil {
+		out = append(out, "nginxPlus")
+	}
+	return out
+}
+
 // Warnings are legal settings the operator should know about at start
 // and at each reload.
 func (c *Config) Warnings() []string {
@@ -419,34 +395,4 @@ func (c *Config) Warnings() []string {
 		}
 	}
 	return out
-}
-
-// CheckAddress checks one instance address: for haproxy unix:///path or
-// tcp://host:port (the Runtime API), for nginx-plus http(s)://host:port/api.
-func CheckAddress(typ, a string) error {
-	u, err := url.Parse(a)
-	if err != nil {
-		return fmt.Errorf("%q: %w", a, err)
-	}
-	switch typ {
-	case TypeHAProxy:
-		switch u.Scheme {
-		case "unix":
-			if u.Path == "" {
-				return fmt.Errorf("%q: want unix:///path/to/admin.sock", a)
-			}
-			return nil
-		case "tcp":
-			if _, _, err := net.SplitHostPort(u.Host); err != nil {
-				return fmt.Errorf("%q: want tcp://host:port", a)
-			}
-			return nil
-		}
-		return fmt.Errorf("%q is not unix:///path or tcp://host:port", a)
-	case TypeNGINXPlus:
-		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("%q: want http(s)://host:port/api", a)
-		}
-	}
-	return nil
 }

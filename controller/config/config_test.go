@@ -1,13 +1,16 @@
-package config
+package config_test
 
 import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/drivers"
 )
 
 func TestParse(t *testing.T) {
-	c, err := Parse([]byte(`
+	c, err := config.Parse([]byte(`
 loadBalancers:
   - name: edge
     type: haproxy
@@ -20,7 +23,7 @@ loadBalancers:
     instances:
       service: {namespace: lb, name: haproxy, port: runtime}
 resync: 1m
-`))
+`), drivers.New())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +59,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse([]byte(tt.yaml))
+			_, err := config.Parse([]byte(tt.yaml), drivers.New())
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error %v, want one containing %q", err, tt.want)
 			}
@@ -65,12 +68,12 @@ func TestParseErrorsNameTheField(t *testing.T) {
 }
 
 func TestWarnings(t *testing.T) {
-	c, err := Parse([]byte(`
+	c, err := config.Parse([]byte(`
 loadBalancers:
   - {name: closed, type: haproxy, instances: {static: ["tcp://h:1"]}}
   - {name: open, type: haproxy, instances: {static: ["tcp://h:1"]}, allowedNamespaces: {all: true}, allowEndpointsWithoutPods: true}
   - {name: fine, type: haproxy, instances: {static: ["tcp://h:1"]}, allowedNamespaces: {names: [shop]}}
-`))
+`), drivers.New())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,11 +95,11 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("loadBalancers: [{name: a, type: nginx-plus, instances: {static: [\"http://h:1/api\"]}, upstreams: [{name: s, owner: a/b}], allowedCIDRs: [10.0.0.0/8]}]"))
 	f.Add([]byte("loadBalancers: [{name: a, type: haproxy, instances: {service: {namespace: n, name: s, port: p}}, allowedNamespaces: {selector: {matchExpressions: [{key: t, operator: In, values: [a]}]}}}]\nresync: 1m"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c, err := Parse(b)
+		c, err := config.Parse(b, drivers.New())
 		if err != nil {
 			return
 		}
-		if err := c.Validate(); err != nil {
+		if err := c.Validate(drivers.New()); err != nil {
 			t.Fatalf("Parse accepted what Validate refuses: %v", err)
 		}
 		_ = c.Warnings()
@@ -107,7 +110,7 @@ func FuzzParse(f *testing.F) {
 // their own): an empty configuration is valid, maps nothing, and says so.
 func TestEmptyConfigurationIsValidAndSaysItMapsNothing(t *testing.T) {
 	for _, in := range []string{"", "resync: 1m\n", "loadBalancers: []\n"} {
-		c, err := Parse([]byte(in))
+		c, err := config.Parse([]byte(in), drivers.New())
 		if err != nil {
 			t.Fatalf("%q: %v", in, err)
 		}

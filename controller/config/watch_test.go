@@ -1,4 +1,4 @@
-package config
+package config_test
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/drivers"
 )
 
 func TestWatchAppliesValidChangesAndRefusesInvalidOnes(t *testing.T) {
@@ -22,12 +25,12 @@ func TestWatchAppliesValidChangesAndRefusesInvalidOnes(t *testing.T) {
 		}
 	}
 	write(strings.Replace(valid, "%s", "30s", 1))
-	applied := make(chan *Config, 4)
+	applied := make(chan *config.Config, 4)
 	refused := make(chan error, 4)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	loaded, _ := os.ReadFile(path)
-	go Watch(ctx, path, loaded, 10*time.Millisecond, func(c *Config) bool { applied <- c; return true }, func(err error) { refused <- err })
+	go config.Watch(ctx, path, loaded, 10*time.Millisecond, drivers.New(), func(c *config.Config) bool { applied <- c; return true }, func(err error) { refused <- err })
 
 	write("loadBalancers: [{name: a, type: f5}]\n")
 	select {
@@ -62,7 +65,7 @@ func TestWatchRetriesAChangeNotSettledAndIgnoresADeletedFile(t *testing.T) {
 	defer cancel()
 	calls := make(chan int, 100)
 	n := 0
-	go Watch(ctx, path, nil, 10*time.Millisecond, func(*Config) bool {
+	go config.Watch(ctx, path, nil, 10*time.Millisecond, drivers.New(), func(*config.Config) bool {
 		n++
 		calls <- n
 		return n >= 3 // held twice, then settled

@@ -39,16 +39,16 @@ type Watcher struct {
 	// ("ok", "new", "error"), and Marks each marker set.
 	Probed func(lb, result string)
 	Marks  func(lb string)
-	// StaleAfter is the marker age past which the instance is filled and
-	// marked again; 0 means 1.5s (heartbeats refresh it twice a second).
+	// StaleAfter, when set, is the marker age past which an instance is
+	// filled and marked again; 0: the instance's own MarkerFreshFor.
 	StaleAfter time.Duration
 }
 
-func (w *Watcher) staleAfter() time.Duration {
+func (w *Watcher) staleAfter(hb backend.Heartbeater) time.Duration {
 	if w.StaleAfter > 0 {
 		return w.StaleAfter
 	}
-	return 1500 * time.Millisecond
+	return hb.MarkerFreshFor()
 }
 
 // Start probes until ctx ends.
@@ -104,7 +104,7 @@ func (w *Watcher) Probe(ctx context.Context) {
 					// A marker nobody confirmed for a while (a partition of
 					// the heartbeats, a stalled controller) is stale: fill and
 					// mark the process again.
-					if age, ok, err := hb.MarkerAge(pctx); err == nil && (!ok || age > w.staleAfter()) {
+					if age, ok, err := hb.MarkerAge(pctx); err == nil && (!ok || age > w.staleAfter(hb)) {
 						w.Log.Info("readiness marker stale or gone; bringing the instance in step before marking it again",
 							"lb", lb, "instance", inst.ID(), "age", age.String(), "present", ok)
 						w.Tracker.Reset(inst.ID())

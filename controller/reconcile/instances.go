@@ -29,13 +29,13 @@ func (r *Reconciler) instancesOf(ctx context.Context, lb *config.LoadBalancer) (
 		if err != nil {
 			return nil, fmt.Errorf("load balancer %s: instances of Service %s/%s: %w", lb.Name, s.Namespace, s.Name, err)
 		}
+		d, ok := r.Drivers.Driver(lb.Type)
+		if !ok {
+			return nil, fmt.Errorf("load balancer %s: type %s is not supported by this build", lb.Name, lb.Type)
+		}
 		addrs = nil
 		for a := range eps {
-			if lb.Type == config.TypeHAProxy {
-				addrs = append(addrs, "tcp://"+a.String())
-			} else {
-				addrs = append(addrs, "http://"+a.String()+"/api")
-			}
+			addrs = append(addrs, d.InstanceAddress(a))
 		}
 		sort.Strings(addrs)
 	}
@@ -46,7 +46,7 @@ func (r *Reconciler) instancesOf(ctx context.Context, lb *config.LoadBalancer) (
 		inst, ok := r.instances[a]
 		if !ok {
 			var err error
-			if inst, err = r.Factory(*lb, a); err != nil {
+			if inst, err = r.Drivers.New(*lb, a, r.InstanceLog); err != nil {
 				return nil, err
 			}
 			r.instances[a] = inst

@@ -179,9 +179,9 @@ func (r *Reconciler) checkLost(ctx context.Context, svc *corev1.Service, lb *con
 	if had == 0 || len(cur) > 0 || len(want) == 0 {
 		return
 	}
-	hint := "a restart, or a reload without saving the server state first (stickydrain-haproxy reload)"
-	if lb.Type == config.TypeNGINXPlus {
-		hint = "keep the upstream's servers with NGINX Plus' state directive (manifests/samples/nginx-plus/nginx.conf)"
+	hint := ""
+	if d, ok := r.Drivers.Driver(lb.Type); ok {
+		hint = d.LostStateHint()
 	}
 	r.Metrics.stateLost.WithLabelValues(u.LB).Inc()
 	logf.FromContext(ctx).Info("load-balancer instance lost every server of the upstream (a restart or reload); refilling it", "upstream", u.String(),

@@ -33,46 +33,12 @@ import (
 
 	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/controller/backend"
-	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
-	"github.com/stickydrain/stickydrain/controller/backend/nginxplus"
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/endpoints"
 	"github.com/stickydrain/stickydrain/controller/liveness"
 	"github.com/stickydrain/stickydrain/controller/plan"
 	"github.com/stickydrain/stickydrain/controller/tenancy"
 )
-
-// InstanceFactory makes a backend.Instance from an address.
-type InstanceFactory func(lb config.LoadBalancer, addr string) (backend.Instance, error)
-
-// DefaultFactory makes instances of the types this build supports; they
-// log what they notice on their own to log.
-func DefaultFactory(log logr.Logger) InstanceFactory {
-	return func(lb config.LoadBalancer, addr string) (backend.Instance, error) {
-		return newInstance(log, lb, addr)
-	}
-}
-
-func newInstance(log logr.Logger, lb config.LoadBalancer, addr string) (backend.Instance, error) {
-	switch lb.Type {
-	case config.TypeHAProxy:
-		opts := []haproxy.Option{haproxy.WithLogger(log.WithValues("loadBalancer", lb.Name))}
-		if lb.HAProxy != nil && lb.HAProxy.ReadyMap != "" {
-			opts = append(opts, haproxy.WithReadyMap(lb.HAProxy.ReadyMap))
-		}
-		if lb.HAProxy != nil && lb.HAProxy.Mode == config.HAProxyDynamic {
-			opts = append(opts, haproxy.WithDynamicServers())
-		}
-		if lb.HAProxy != nil && lb.HAProxy.TLS != nil {
-			t := lb.HAProxy.TLS
-			opts = append(opts, haproxy.WithTLS(haproxy.TLSFiles{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName}))
-		}
-		return haproxy.New(addr, lb.Timeout.Duration, opts...)
-	case config.TypeNGINXPlus:
-		return nginxplus.New(addr, lb)
-	}
-	return nil, fmt.Errorf("load balancer %s: type %s is not supported by this build", lb.Name, lb.Type)
-}
 
 // Reconciler reconciles Services.
 type Reconciler struct {
@@ -82,9 +48,13 @@ type Reconciler struct {
 	// APIReader reads what the cache may not hold yet (a Pod newer than
 	// it); nil: Client.
 	APIReader client.Reader
-	Factory   InstanceFactory
-	Recorder  recorder.EventRecorder
-	Metrics   *Metrics
+	// Drivers are the load-balancer types this build drives
+	// (controller/drivers.New()); instances log what they notice on
+	// their own to InstanceLog.
+	Drivers     *backend.Registry
+	InstanceLog logr.Logger
+	Recorder    recorder.EventRecorder
+	Metrics     *Metrics
 	// Concurrency is how many Services are reconciled at once (different
 	// Services only; one Service is never reconciled twice at once). 0
 	// means 1.
@@ -128,7 +98,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.held = map[string]int{}
 	r.renew = make(chan event.GenericEvent, 1024)
 	r.watcher = &liveness.Watcher{
-		Tracker: r.liveness, Source: lifecycle{r}, Every: r.ProbeEvery, StaleAfter: haproxy.FreshFor,
+		Tracker: r.liveness, Source: lifecycle{r}, Every: r.ProbeEvery,
 		Log:    mgr.GetLogger().WithName("liveness"),
 		Probed: func(lb, result string) { r.Metrics.probes.WithLabelValues(lb, result).Inc() },
 		Marks:  func(lb string) { r.Metrics.marks.WithLabelValues(lb).Inc() },

@@ -18,6 +18,7 @@ import (
 
 	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/drivers"
 	"github.com/stickydrain/stickydrain/controller/tenancy"
 )
 
@@ -33,7 +34,7 @@ loadBalancers:
     type: haproxy
     instances: {static: ["tcp://127.0.0.1:1"]}
     allowedNamespaces: {selector: {matchLabels: {team: shop}}}
-`))
+`), drivers.New())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,11 +5,12 @@ import (
 	"testing"
 
 	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/drivers"
 )
 
 func testConfig(t testing.TB) *config.Config {
 	t.Helper()
-	c, err := config.Parse([]byte("loadBalancers: [{name: edge, type: haproxy, instances: {static: [\"tcp://h:1\"]}}, {name: plus, type: nginx-plus, instances: {static: [\"http://h:1/api\"]}}]"))
+	c, err := config.Parse([]byte("loadBalancers: [{name: edge, type: haproxy, instances: {static: [\"tcp://h:1\"]}}, {name: plus, type: nginx-plus, instances: {static: [\"http://h:1/api\"]}}]"), drivers.New())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/drivers"
 )
 
 const rules = `
@@ -35,7 +36,7 @@ loadBalancers:
 
 func policy(t *testing.T) *Policy {
 	t.Helper()
-	cfg, err := config.Parse([]byte(rules))
+	cfg, err := config.Parse([]byte(rules), drivers.New())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,7 @@ import (
 	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/api/params"
 	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/drivers"
 	"github.com/stickydrain/stickydrain/controller/reconcile"
 	"github.com/stickydrain/stickydrain/internal/cmdline"
 	"github.com/stickydrain/stickydrain/internal/version"
@@ -361,7 +362,7 @@ func configuration(root string) (string, error) {
 		}
 	}
 	// Sanity: the page covers what the parser reads.
-	if _, err := config.Parse([]byte("loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}}]")); err != nil {
+	if _, err := config.Parse([]byte("loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}}]"), drivers.New()); err != nil {
 		return "", err
 	}
 	return b.String(), nil

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/drivers"
 	"github.com/stickydrain/stickydrain/test/manifests"
 )
 
@@ -230,7 +231,7 @@ func TestEveryValuesFileRenders(t *testing.T) {
 				data, _, _ := unstructured.NestedString(cm.Object, "data", "controller.yaml")
 				// The controller accepts what the chart wrote, and it is
 				// the sample's configuration.
-				cfg, err := config.Parse([]byte(data))
+				cfg, err := config.Parse([]byte(data), drivers.New())
 				if err != nil {
 					t.Fatalf("the controller refuses the chart's configuration: %v\n%s", err, data)
 				}
@@ -238,7 +239,7 @@ func TestEveryValuesFileRenders(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want, err := config.Parse(sample)
+				want, err := config.Parse(sample, drivers.New())
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -586,6 +586,9 @@ func now() string { return strconv.FormatInt(time.Now().UnixMilli(), 10) }
 // The sample configuration refuses a marker older than 2 s.
 const FreshFor = 1500 * time.Millisecond
 
+// MarkerFreshFor is FreshFor.
+func (h *Instance) MarkerFreshFor() time.Duration { return FreshFor }
+
 // Heartbeat refreshes the marker's time on the process answering if it
 // carries one confirmed within FreshFor (`set map` changes an existing
 // key only: a process that was never marked filled stays unmarked). Every

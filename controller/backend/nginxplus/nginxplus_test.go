@@ -42,7 +42,7 @@ func emulator(t *testing.T, opts nginxplus.Options, wrap func(http.Handler) http
 }
 
 func lb(o *config.NGINXPlusOptions) config.LoadBalancer {
-	return config.LoadBalancer{Name: "edge", Type: config.TypeNGINXPlus, Timeout: config.Duration{Duration: 2 * time.Second}, NGINXPlus: o}
+	return config.LoadBalancer{Name: "edge", Type: Type, Timeout: config.Duration{Duration: 2 * time.Second}, NGINXPlus: o}
 }
 
 func converge(t *testing.T, n *Instance, upstream string, desired map[netip.AddrPort]plan.State) {

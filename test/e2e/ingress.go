@@ -389,7 +389,26 @@ func (ip *ingressProxy) view(ctx context.Context) (map[netip.AddrPort]plan.State
 		if err != nil {
 			return nil, err
 		}
-		return inst.Servers(ctx, backend)
+		states, err := inst.Servers(ctx, backend)
+		if err != nil {
+			return nil, err
+		}
+		// A server of weight 0 takes no new session and keeps its cookies:
+		// draining, whether haproxy-ingress set the drain state or wrote
+		// weight 0 (most likely what a replica that starts while a pod
+		// terminates does: the first observer reading every replica saw a
+		// terminating pod "active" on the replacement of a killed replica,
+		// while users saw nothing wrong).
+		zero, err := zeroWeight(ip.adminSocket, backend)
+		if err != nil {
+			return nil, err
+		}
+		for ap, st := range states {
+			if st == plan.Active && zero[ap] {
+				states[ap] = plan.Draining
+			}
+		}
+		return states, nil
 	case Traefik:
 		c := http.Client{Timeout: time.Second}
 		resp, err := c.Get(ip.apiURL + "/http/services")
@@ -434,23 +453,52 @@ func (ip *ingressProxy) view(ctx context.Context) (map[netip.AddrPort]plan.State
 	return nil, fmt.Errorf("no ingress")
 }
 
-// backendNamed is the first backend of the Runtime API at sock whose name
-// starts with prefix (haproxy-ingress names one <namespace>_<service>_<port>).
-func backendNamed(sock, prefix string) (string, error) {
+// zeroWeight lists the servers of backend whose weight is 0, from `show
+// servers state` (format 1: srv_addr is field 4, srv_uweight 7, srv_port
+// 18).
+func zeroWeight(sock, backend string) (map[netip.AddrPort]bool, error) {
+	out, err := runtimeAPI(sock, "show servers state "+backend)
+	if err != nil {
+		return nil, err
+	}
+	zero := map[netip.AddrPort]bool{}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 19 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		ap, err := netip.ParseAddrPort(f[4] + ":" + f[18])
+		if err == nil && f[7] == "0" {
+			zero[ap] = true
+		}
+	}
+	return zero, nil
+}
+
+// runtimeAPI sends one command to the Runtime API at sock and returns the
+// answer.
+func runtimeAPI(sock, cmd string) (string, error) {
 	c, err := net.DialTimeout("unix", sock, time.Second)
 	if err != nil {
 		return "", err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("show backend\n")); err != nil {
+	if _, err := c.Write([]byte(cmd + "\n")); err != nil {
 		return "", err
 	}
 	out, err := io.ReadAll(c)
+	return string(out), err
+}
+
+// backendNamed is the first backend of the Runtime API at sock whose name
+// starts with prefix (haproxy-ingress names one <namespace>_<service>_<port>).
+func backendNamed(sock, prefix string) (string, error) {
+	out, err := runtimeAPI(sock, "show backend")
 	if err != nil {
 		return "", err
 	}
-	for _, line := range strings.Split(string(out), "\n") {
+	for _, line := range strings.Split(out, "\n") {
 		if strings.HasPrefix(line, prefix) {
 			return strings.TrimSpace(line), nil
 		}

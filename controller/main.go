@@ -12,9 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -24,10 +23,10 @@ import (
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/drivers"
 	"github.com/stickydrain/stickydrain/controller/reconcile"
+	"github.com/stickydrain/stickydrain/internal/bootstrap"
 	"github.com/stickydrain/stickydrain/internal/cmdline"
 	"github.com/stickydrain/stickydrain/internal/kubeflags"
 	"github.com/stickydrain/stickydrain/internal/serving"
-	"github.com/stickydrain/stickydrain/internal/version"
 )
 
 const synopsis = `controller [flags]
@@ -37,8 +36,8 @@ Services annotated stickydrain.io/upstreams: ready endpoints active,
 terminating ones draining, gone ones removed, on every instance of every
 load balancer of --config.`
 
-// options are the controller's command-line settings.
-type options struct {
+// Options are the controller's command-line settings.
+type Options struct {
 	configPath  string
 	metricsAddr string
 	probeAddr   string
@@ -51,7 +50,7 @@ type options struct {
 }
 
 // flagSet binds every flag of the controller to o.
-func flagSet(o *options) *pflag.FlagSet {
+func flagSet(o *Options) *pflag.FlagSet {
 	fs := cmdline.New("controller")
 	fs.StringVar(&o.configPath, "config", "/etc/stickydrain/controller.yaml", "configuration `file`: the load balancers and their instances")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "`address` of the metrics endpoint; 0 disables it")
@@ -66,20 +65,20 @@ func flagSet(o *options) *pflag.FlagSet {
 }
 
 func main() {
-	var o options
+	var o Options
 	if status, ok := cmdline.Parse(flagSet(&o), synopsis, os.Args[1:], os.Stdout, os.Stderr); !ok {
 		os.Exit(status)
 	}
-	configPath, metricsAddr, probeAddr, pprofAddr := o.configPath, o.metricsAddr, o.probeAddr, o.pprofAddr
-	concurrency, leaderElect, leaderNS, serving, zapOpts := o.concurrency, o.leaderElect, o.leaderNS, o.serving, o.zap
-	if concurrency < 1 {
-		fmt.Fprintf(os.Stderr, "controller: --concurrent-reconciles=%d: want 1 or more\n", concurrency)
-		os.Exit(2)
-	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-	log := ctrl.Log.WithName("controller")
+	os.Exit(bootstrap.Exit("controller", Run(ctrl.SetupSignalHandler(), o), os.Stderr))
+}
 
-	raw, err := os.ReadFile(configPath)
+// Run keeps the upstreams in step until ctx ends. A mistake in the
+// settings or the configuration file is a bootstrap.UsageError.
+func Run(ctx context.Context, o Options) error {
+	if o.concurrency < 1 {
+		return bootstrap.Usage(fmt.Errorf("--concurrent-reconciles=%d: want 1 or more", o.concurrency))
+	}
+	raw, err := os.ReadFile(o.configPath)
 	missing := errors.Is(err, fs.ErrNotExist)
 	switch {
 	case missing:
@@ -88,55 +87,31 @@ func main() {
 		// creates it, nothing is mapped.
 		raw = nil
 	case err != nil:
-		fmt.Fprintln(os.Stderr, "controller: reading configuration:", err)
-		os.Exit(2)
+		return bootstrap.Usage(fmt.Errorf("reading configuration: %w", err))
 	}
 	lbTypes := drivers.New()
 	cfg, err := config.Parse(raw, lbTypes)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "controller: %s: %v\n", configPath, err)
-		os.Exit(2)
+		return bootstrap.Usage(fmt.Errorf("%s: %w", o.configPath, err))
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		log.Error(err, "building scheme")
-		os.Exit(1)
-	}
-	restCfg, err := ctrl.GetConfig()
-	if err != nil {
-		log.Error(err, "loading kubeconfig")
-		os.Exit(1)
-	}
-	for _, w := range cfg.Warnings() {
-		log.Info("warning: "+w, "config", configPath)
-	}
-	if missing {
-		log.Info("no configuration file yet: no load balancer is configured, nothing is mapped until the operator writes it (docs/install.md, \"Configure the load balancers\"); it is read again every 5s", "config", configPath)
-	}
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme:                  scheme,
-		Cache:                   reconcile.CacheOptions(),
-		Metrics:                 serving.Metrics(metricsAddr),
-		HealthProbeBindAddress:  probeAddr,
-		PprofBindAddress:        pprofAddr,
-		LeaderElection:          leaderElect,
-		LeaderElectionID:        "stickydrain-controller",
-		LeaderElectionNamespace: leaderNS,
-		// A new leader takes over without waiting for the old lease to expire.
-		LeaderElectionReleaseOnCancel: true,
+	mgr, log, err := bootstrap.Manager(bootstrap.Options{
+		Component: "controller", Zap: o.zap,
+		MetricsAddr: o.metricsAddr, ProbeAddr: o.probeAddr, PprofAddr: o.pprofAddr, Serving: o.serving,
+		LeaderElect: o.leaderElect, LeaderElectionNamespace: o.leaderNS,
+		Tune: func(mo *ctrl.Options) { mo.Cache = reconcile.CacheOptions() },
 	})
 	if err != nil {
-		log.Error(err, "creating manager")
-		os.Exit(1)
+		return err
 	}
-	if err := metrics.Registry.Register(version.BuildInfo("controller")); err != nil {
-		log.Error(err, "registering build_info")
-		os.Exit(1)
+	for _, w := range cfg.Warnings() {
+		log.Info("warning: "+w, "config", o.configPath)
+	}
+	if missing {
+		log.Info("no configuration file yet: no load balancer is configured, nothing is mapped until the operator writes it (docs/install.md, \"Configure the load balancers\"); it is read again every 5s", "config", o.configPath)
 	}
 	m, err := reconcile.NewMetrics(metrics.Registry)
 	if err != nil {
-		log.Error(err, "registering metrics")
-		os.Exit(1)
+		return fmt.Errorf("registering metrics: %w", err)
 	}
 	r := &reconcile.Reconciler{
 		Client:      mgr.GetClient(),
@@ -147,74 +122,84 @@ func main() {
 		Recorder:    mgr.GetEventRecorder("stickydrain-controller"),
 		Metrics:     m,
 
-		Concurrency: concurrency,
+		Concurrency: o.concurrency,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
-		log.Error(err, "setting up the controller")
-		os.Exit(1)
+		return fmt.Errorf("setting up the controller: %w", err)
 	}
 	// A changed configuration file is validated; a bad one is refused and
 	// the running configuration kept.
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		refusal := "" // what the last refused change would have taken
-		config.Watch(ctx, configPath, raw, 5*time.Second, lbTypes, func(c *config.Config) bool {
-			// A change that would take servers out of live upstreams is
-			// refused: they leave when their pods go or their Service is
-			// unmapped, not because a line of the configuration went.
-			revs, err := r.Revoked(ctx, c)
-			if err != nil {
-				m.ConfigChange("error")
-				log.Error(err, "checking the configuration change; trying again", "config", configPath)
-				return false
-			}
-			if len(revs) > 0 {
-				// Checked again every 5s: once the Services are unmapped
-				// (or their pods gone) the change applies. Said once per
-				// list of what it would take.
-				what := make([]string, len(revs))
-				for i, v := range revs {
-					what[i] = v.String()
-				}
-				if said := strings.Join(what, "; "); said != refusal {
-					refusal = said
-					m.ConfigChange("revoking")
-					log.Error(errors.New(said), "refusing configuration change: it would take servers out of live upstreams; keeping the running configuration, and applying the change once nothing it would take is live (unmap the Services first to take their servers out on purpose)", "config", configPath)
-					r.RefuseRevocations(ctx, revs)
-				}
-				return false
-			}
-			refusal = ""
-			if err := r.SetConfig(ctx, c); err != nil {
-				m.ConfigChange("error")
-				log.Error(err, "applying the configuration change; trying again", "config", configPath)
-				return false
-			}
-			m.ConfigChange("applied")
-			log.Info("configuration reloaded", "config", configPath, "loadBalancers", len(c.LoadBalancers))
-			for _, w := range c.Warnings() {
-				log.Info("warning: "+w, "config", configPath)
-			}
-			return true
-		}, func(err error) {
-			m.ConfigChange("invalid")
-			log.Error(err, "refusing configuration change; keeping the running configuration", "config", configPath)
-		})
-		return nil
-	})); err != nil {
-		log.Error(err, "adding the configuration watcher")
-		os.Exit(1)
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		log.Error(err, "adding healthz")
-		os.Exit(1)
+	w := configWatcher{path: o.configPath, loaded: raw, types: lbTypes, r: r, m: m, log: log}
+	if err := mgr.Add(manager.RunnableFunc(w.run)); err != nil {
+		return fmt.Errorf("adding the configuration watcher: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		log.Error(err, "adding readyz")
-		os.Exit(1)
+		return fmt.Errorf("adding /readyz: %w", err)
 	}
-	log.Info("starting", "config", configPath, "loadBalancers", len(cfg.LoadBalancers), "resync", cfg.Resync.Duration.String())
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
-		log.Error(err, "controller stopped")
-		os.Exit(1)
+	log.Info("starting", "config", o.configPath, "loadBalancers", len(cfg.LoadBalancers), "resync", cfg.Resync.Duration.String())
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("stopped: %w", err)
 	}
+	return nil
+}
+
+// configWatcher applies changes of the configuration file.
+type configWatcher struct {
+	path   string
+	loaded []byte
+	types  config.TypeChecker
+	r      *reconcile.Reconciler
+	m      *reconcile.Metrics
+	log    logr.Logger
+	// refusal is what the last refused change would have taken.
+	refusal string
+}
+
+func (w *configWatcher) run(ctx context.Context) error {
+	config.Watch(ctx, w.path, w.loaded, 5*time.Second, w.types, func(c *config.Config) bool { return w.apply(ctx, c) }, func(err error) {
+		w.m.ConfigChange("invalid")
+		w.log.Error(err, "refusing configuration change; keeping the running configuration", "config", w.path)
+	})
+	return nil
+}
+
+// apply applies a valid change, or holds it while it would take servers
+// out of live upstreams: they leave when their pods go or their Service
+// is unmapped, not because a line of the configuration went. It reports
+// whether the change is settled.
+func (w *configWatcher) apply(ctx context.Context, c *config.Config) bool {
+	revs, err := w.r.Revoked(ctx, c)
+	if err != nil {
+		w.m.ConfigChange("error")
+		w.log.Error(err, "checking the configuration change; trying again", "config", w.path)
+		return false
+	}
+	if len(revs) > 0 {
+		// Checked again every 5s: once the Services are unmapped (or their
+		// pods gone) the change applies. Said once per list of what it
+		// would take.
+		what := make([]string, len(revs))
+		for i, v := range revs {
+			what[i] = v.String()
+		}
+		if said := strings.Join(what, "; "); said != w.refusal {
+			w.refusal = said
+			w.m.ConfigChange("revoking")
+			w.log.Error(errors.New(said), "refusing configuration change: it would take servers out of live upstreams; keeping the running configuration, and applying the change once nothing it would take is live (unmap the Services first to take their servers out on purpose)", "config", w.path)
+			w.r.RefuseRevocations(ctx, revs)
+		}
+		return false
+	}
+	w.refusal = ""
+	if err := w.r.SetConfig(ctx, c); err != nil {
+		w.m.ConfigChange("error")
+		w.log.Error(err, "applying the configuration change; trying again", "config", w.path)
+		return false
+	}
+	w.m.ConfigChange("applied")
+	w.log.Info("configuration reloaded", "config", w.path, "loadBalancers", len(c.LoadBalancers))
+	for _, warning := range c.Warnings() {
+		w.log.Info("warning: "+warning, "config", w.path)
+	}
+	return true
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/stickydrain/stickydrain/internal/cmdline/cmdlinetest"
 )
 
-func newFlagSet() *pflag.FlagSet { return flagSet(&options{}) }
+func newFlagSet() *pflag.FlagSet { return flagSet(&Options{}) }
 
 func TestFlags(t *testing.T) {
 	cmdlinetest.Golden(t, newFlagSet, synopsis, filepath.Join("testdata", "help.golden"))

@@ -10,19 +10,16 @@ import (
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/stickydrain/stickydrain/internal/bootstrap"
 	"github.com/stickydrain/stickydrain/internal/cmdline"
 	"github.com/stickydrain/stickydrain/internal/kubeflags"
 	"github.com/stickydrain/stickydrain/internal/serving"
-	"github.com/stickydrain/stickydrain/internal/version"
 	"github.com/stickydrain/stickydrain/webhook/admit"
 	"github.com/stickydrain/stickydrain/webhook/dryrun"
 	"github.com/stickydrain/stickydrain/webhook/inject"
@@ -34,8 +31,8 @@ stickydrain's admission webhooks: injects the drain (a preStop running
 drainctl wait, a long enough grace period) into opted-in pods, and warns
 about or refuses workloads whose drain parameters are bad.`
 
-// options are the webhook's command-line settings.
-type options struct {
+// Options are the webhook's command-line settings.
+type Options struct {
 	cfg         inject.Config
 	certDir     string
 	port        int
@@ -49,7 +46,7 @@ type options struct {
 }
 
 // flagSet binds every flag of the webhook to o.
-func flagSet(o *options) *pflag.FlagSet {
+func flagSet(o *Options) *pflag.FlagSet {
 	fs := cmdline.New("webhook")
 	o.cfg.BindFlags(fs)
 	fs.StringVar(&o.certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "`directory` holding tls.crt and tls.key; reloaded when they change (cert-manager rotation)")
@@ -65,93 +62,67 @@ func flagSet(o *options) *pflag.FlagSet {
 }
 
 func main() {
-	var o options
+	var o Options
 	if status, ok := cmdline.Parse(flagSet(&o), synopsis, os.Args[1:], os.Stdout, os.Stderr); !ok {
 		os.Exit(status)
 	}
-	cfg, certDir, port, metricsAddr, probeAddr, pprofAddr := o.cfg, o.certDir, o.port, o.metricsAddr, o.probeAddr, o.pprofAddr
-	serving, leaderElect, leaderNS, zapOpts := o.serving, o.leaderElect, o.leaderNS, o.zap
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-	log := ctrl.Log.WithName("webhook")
+	os.Exit(bootstrap.Exit("webhook", Run(ctrl.SetupSignalHandler(), o), os.Stderr))
+}
 
+// Run serves the admission webhooks until ctx ends. A mistake in the
+// settings is a bootstrap.UsageError.
+func Run(ctx context.Context, o Options) error {
+	cfg := o.cfg
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "webhook:", err)
-		os.Exit(2)
+		return bootstrap.Usage(err)
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		log.Error(err, "building scheme")
-		os.Exit(1)
-	}
-	restCfg, err := ctrl.GetConfig()
-	if err != nil {
-		log.Error(err, "loading kubeconfig")
-		os.Exit(1)
-	}
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                serving.Metrics(metricsAddr),
-		HealthProbeBindAddress: probeAddr,
-		PprofBindAddress:       pprofAddr,
-		WebhookServer:          webhook.NewServer(webhook.Options{Port: port, CertDir: certDir, TLSOpts: serving.TLSOpts()}),
+	mgr, log, err := bootstrap.Manager(bootstrap.Options{
+		Component: "webhook", Zap: o.zap,
+		MetricsAddr: o.metricsAddr, ProbeAddr: o.probeAddr, PprofAddr: o.pprofAddr, Serving: o.serving,
 		// Admissions are answered by every replica; only the dry-run
 		// reporter waits for the Lease.
-		LeaderElection:                leaderElect,
-		LeaderElectionID:              "stickydrain-webhook",
-		LeaderElectionNamespace:       leaderNS,
-		LeaderElectionReleaseOnCancel: true,
+		LeaderElect: o.leaderElect, LeaderElectionNamespace: o.leaderNS,
+		Tune: func(mo *ctrl.Options) {
+			mo.WebhookServer = webhook.NewServer(webhook.Options{Port: o.port, CertDir: o.certDir, TLSOpts: o.serving.TLSOpts()})
+		},
 	})
 	if err != nil {
-		log.Error(err, "creating manager")
-		os.Exit(1)
+		return err
 	}
 	if cfg.DrainctlImageFrom != "" {
 		// The manager's uncached reader: the cache is not started yet.
-		if err := resolveDrainctlImage(&cfg, mgr.GetAPIReader()); err != nil {
-			fmt.Fprintln(os.Stderr, "webhook:", err)
-			os.Exit(2)
+		if err := resolveDrainctlImage(ctx, &cfg, mgr.GetAPIReader()); err != nil {
+			return bootstrap.Usage(err)
 		}
-	}
-	if err := metrics.Registry.Register(version.BuildInfo("webhook")); err != nil {
-		log.Error(err, "registering build_info")
-		os.Exit(1)
 	}
 	m, err := admit.NewMetrics(metrics.Registry)
 	if err != nil {
-		log.Error(err, "registering metrics")
-		os.Exit(1)
+		return fmt.Errorf("registering metrics: %w", err)
 	}
 	if err := admit.Register(mgr, cfg, m); err != nil {
-		log.Error(err, "registering webhooks")
-		os.Exit(1)
+		return fmt.Errorf("registering the webhooks: %w", err)
 	}
 	if err := (&dryrun.Reporter{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("stickydrain-webhook")}).SetupWithManager(mgr); err != nil {
-		log.Error(err, "setting up the dry-run reporter")
-		os.Exit(1)
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		log.Error(err, "adding healthz")
-		os.Exit(1)
+		return fmt.Errorf("setting up the dry-run reporter: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
-		log.Error(err, "adding readyz")
-		os.Exit(1)
+		return fmt.Errorf("adding /readyz: %w", err)
 	}
-	log.Info("starting", "port", port, "certDir", certDir, "drainctlImage", cfg.DrainctlImage, "drainctlImageFrom", cfg.DrainctlImageFrom)
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
-		log.Error(err, "webhook stopped")
-		os.Exit(1)
+	log.Info("starting", "port", o.port, "certDir", o.certDir, "drainctlImage", cfg.DrainctlImage, "drainctlImageFrom", cfg.DrainctlImageFrom)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("stopped: %w", err)
 	}
+	return nil
 }
 
 // resolveDrainctlImage reads the webhook's own pod (POD_NAMESPACE and
 // POD_NAME, from the downward API) for the drainctl image's container.
-func resolveDrainctlImage(cfg *inject.Config, r client.Reader) error {
+func resolveDrainctlImage(ctx context.Context, cfg *inject.Config, r client.Reader) error {
 	ns, name := os.Getenv("POD_NAMESPACE"), os.Getenv("POD_NAME")
 	if ns == "" || name == "" {
 		return fmt.Errorf("--drainctl-image-from-container=%s needs POD_NAMESPACE and POD_NAME (the downward API's metadata.namespace and metadata.name)", cfg.DrainctlImageFrom)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var own corev1.Pod
 	if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &own); err != nil {

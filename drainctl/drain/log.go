@@ -9,6 +9,15 @@ import (
 )
 
 // Logger writes drainctl's progress lines, as text or JSON lines.
+//
+// Not log/slog, on purpose (measured 2026-12-06): slog would add 24 KiB
+// to the 8.1 MiB static binary (0.3 %, no reason either way), but the
+// text line "<RFC 3339 UTC> drainctl: <message>" is a documented format
+// (docs/drainctl.md) that people read in kubectl logs and the kubelet's
+// log and tools parse; slog's TextHandler writes "time=… level=… msg=…",
+// and a slog.Handler writing this line would be this code behind another
+// interface. The JSON lines (durations as <key>_seconds) are the same
+// kind of contract.
 type Logger struct {
 	mu   sync.Mutex
 	w    io.Writer

@@ -120,9 +120,9 @@ type Cluster struct {
 	stopOnce sync.Once
 	// procMu guards kcm and sched: Stop may run from the signal handler
 	// while Start is still starting them.
-	procMu sync.Mutex
-	stopErr  error
-	logf     func(string, ...any)
+	procMu  sync.Mutex
+	stopErr error
+	logf    func(string, ...any)
 }
 
 // Start starts etcd, kube-apiserver and kube-controller-manager, registers

@@ -22,76 +22,6 @@ import (
 	"github.com/stickydrain/stickydrain/api"
 )
 
-// Annotations drainctl reads from the pod's downward-API annotations file
-// (--podinfo) while it waits. They are set by an operator with
-// `kubectl annotate pod`.
-const (
-	// ReleaseAnnotation ends a running drain (api.AnnotationRelease).
-	ReleaseAnnotation = api.AnnotationRelease
-	// MaxWaitAnnotation shortens a running drain (api.AnnotationMaxWait).
-	MaxWaitAnnotation = api.AnnotationMaxWait
-)
-
-// Formats of the session-count endpoint.
-const (
-	FormatAuto           = api.FormatAuto
-	FormatNumber         = api.FormatNumber
-	FormatJSON           = api.FormatJSON
-	FormatPrometheus     = api.FormatPrometheus
-	FormatTomcatList     = api.FormatTomcatList
-	FormatTomcatSessions = api.FormatTomcatSessions
-	FormatMatch          = api.FormatMatch
-)
-
-// Log formats.
-const (
-	LogText = api.LogText
-	LogJSON = api.LogJSON
-)
-
-// Flag names: the parameters' names (api.Params).
-const (
-	FlagURL              = api.ParamURL
-	FlagFormat           = api.ParamFormat
-	FlagJSONPath         = api.ParamJSONPath
-	FlagMetric           = api.ParamMetric
-	FlagContext          = api.ParamContext
-	FlagIdleBelow        = api.ParamIdleBelow
-	FlagPattern          = api.ParamPattern
-	FlagTarget           = api.ParamTarget
-	FlagMinWait          = api.ParamMinWait
-	FlagMaxWait          = api.ParamMaxWait
-	FlagInterval         = api.ParamInterval
-	FlagRequestTimeout   = api.ParamRequestTimeout
-	FlagMaxBodyBytes     = api.ParamMaxBodyBytes
-	FlagUnreachableLimit = api.ParamUnreachableLimit
-	FlagPodinfo          = api.ParamPodinfo
-	FlagBasicAuthFile    = api.ParamBasicAuthFile
-	FlagBasicAuthEnv     = api.ParamBasicAuthEnv
-	FlagBearerTokenFile  = api.ParamBearerTokenFile
-	FlagBearerTokenEnv   = api.ParamBearerTokenEnv
-	FlagHeaderFile       = api.ParamHeaderFile
-	FlagInsecureTLS      = api.ParamInsecureTLS
-	FlagLogFormat        = api.ParamLogFormat
-	FlagLogFile          = api.ParamLogFile
-	// The pod's own preStop hook of another kind than exec, kept by the
-	// webhook: run first, then the drain (not annotations).
-	FlagPreSleep      = api.ParamPreSleep
-	FlagPreHTTPGet    = api.ParamPreHTTPGet
-	FlagPreHTTPHeader = api.ParamPreHTTPHeader
-)
-
-// Defaults.
-const (
-	DefaultMinWait          = api.DefaultMinWait
-	DefaultMaxWait          = api.DefaultMaxWait
-	DefaultInterval         = api.DefaultInterval
-	DefaultRequestTimeout   = api.DefaultRequestTimeout
-	DefaultMaxBodyBytes     = api.DefaultMaxBodyBytes
-	DefaultUnreachableLimit = api.DefaultUnreachableLimit
-	PreHTTPGetTimeout       = api.PreHTTPGetTimeout
-)
-
 // Source says where and how to read the session count.
 type Source struct {
 	URL       string
@@ -137,15 +67,15 @@ type Wait struct {
 func NewWait() *Wait {
 	return &Wait{
 		Source: Source{
-			Format:         FormatAuto,
-			RequestTimeout: DefaultRequestTimeout,
-			MaxBodyBytes:   DefaultMaxBodyBytes,
+			Format:         api.FormatAuto,
+			RequestTimeout: api.DefaultRequestTimeout,
+			MaxBodyBytes:   api.DefaultMaxBodyBytes,
 		},
-		MinWait:          DefaultMinWait,
-		MaxWait:          DefaultMaxWait,
-		Interval:         DefaultInterval,
-		UnreachableLimit: DefaultUnreachableLimit,
-		LogFormat:        LogText,
+		MinWait:          api.DefaultMinWait,
+		MaxWait:          api.DefaultMaxWait,
+		Interval:         api.DefaultInterval,
+		UnreachableLimit: api.DefaultUnreachableLimit,
+		LogFormat:        api.LogText,
 	}
 }
 
@@ -162,38 +92,38 @@ func usages() map[string]string {
 func (s *Source) BindSource(fs *pflag.FlagSet) { s.bindSource(fs, usages()) }
 
 func (s *Source) bindSource(fs *pflag.FlagSet, u map[string]string) {
-	fs.StringVar(&s.URL, FlagURL, s.URL, u[FlagURL])
-	fs.Var(choice{&s.Format, api.Formats()}, FlagFormat, u[FlagFormat])
-	fs.StringVar(&s.JSONPath, FlagJSONPath, s.JSONPath, u[FlagJSONPath])
-	fs.Var(metricValue{&s.Metric}, FlagMetric, u[FlagMetric])
-	fs.StringVar(&s.Context, FlagContext, s.Context, u[FlagContext])
-	fs.Var(durationValue{&s.IdleBelow, 0}, FlagIdleBelow, u[FlagIdleBelow])
-	fs.Var(regexpValue{&s.Pattern}, FlagPattern, u[FlagPattern])
-	fs.Var(durationValue{&s.RequestTimeout, time.Millisecond}, FlagRequestTimeout, u[FlagRequestTimeout])
-	fs.Var(intValue[int64]{&s.MaxBodyBytes, 1}, FlagMaxBodyBytes, u[FlagMaxBodyBytes])
-	fs.BoolVar(&s.InsecureTLS, FlagInsecureTLS, s.InsecureTLS, u[FlagInsecureTLS])
-	fs.StringVar(&s.BasicAuthFile, FlagBasicAuthFile, s.BasicAuthFile, u[FlagBasicAuthFile])
-	fs.Var(envName{&s.BasicAuthEnv}, FlagBasicAuthEnv, u[FlagBasicAuthEnv])
-	fs.StringVar(&s.BearerTokenFile, FlagBearerTokenFile, s.BearerTokenFile, u[FlagBearerTokenFile])
-	fs.Var(envName{&s.BearerTokenEnv}, FlagBearerTokenEnv, u[FlagBearerTokenEnv])
-	fs.StringVar(&s.HeaderFile, FlagHeaderFile, s.HeaderFile, u[FlagHeaderFile])
+	fs.StringVar(&s.URL, api.ParamURL, s.URL, u[api.ParamURL])
+	fs.Var(choice{&s.Format, api.Formats()}, api.ParamFormat, u[api.ParamFormat])
+	fs.StringVar(&s.JSONPath, api.ParamJSONPath, s.JSONPath, u[api.ParamJSONPath])
+	fs.Var(metricValue{&s.Metric}, api.ParamMetric, u[api.ParamMetric])
+	fs.StringVar(&s.Context, api.ParamContext, s.Context, u[api.ParamContext])
+	fs.Var(durationValue{&s.IdleBelow, 0}, api.ParamIdleBelow, u[api.ParamIdleBelow])
+	fs.Var(regexpValue{&s.Pattern}, api.ParamPattern, u[api.ParamPattern])
+	fs.Var(durationValue{&s.RequestTimeout, time.Millisecond}, api.ParamRequestTimeout, u[api.ParamRequestTimeout])
+	fs.Var(intValue[int64]{&s.MaxBodyBytes, 1}, api.ParamMaxBodyBytes, u[api.ParamMaxBodyBytes])
+	fs.BoolVar(&s.InsecureTLS, api.ParamInsecureTLS, s.InsecureTLS, u[api.ParamInsecureTLS])
+	fs.StringVar(&s.BasicAuthFile, api.ParamBasicAuthFile, s.BasicAuthFile, u[api.ParamBasicAuthFile])
+	fs.Var(envName{&s.BasicAuthEnv}, api.ParamBasicAuthEnv, u[api.ParamBasicAuthEnv])
+	fs.StringVar(&s.BearerTokenFile, api.ParamBearerTokenFile, s.BearerTokenFile, u[api.ParamBearerTokenFile])
+	fs.Var(envName{&s.BearerTokenEnv}, api.ParamBearerTokenEnv, u[api.ParamBearerTokenEnv])
+	fs.StringVar(&s.HeaderFile, api.ParamHeaderFile, s.HeaderFile, u[api.ParamHeaderFile])
 }
 
 // Bind registers every flag of `drainctl wait` on fs.
 func (w *Wait) Bind(fs *pflag.FlagSet) {
 	u := usages()
 	w.bindSource(fs, u)
-	fs.Var(floatValue{&w.Target}, FlagTarget, u[FlagTarget])
-	fs.Var(durationValue{&w.MinWait, 0}, FlagMinWait, u[FlagMinWait])
-	fs.Var(durationValue{&w.MaxWait, time.Millisecond}, FlagMaxWait, u[FlagMaxWait])
-	fs.Var(durationValue{&w.Interval, time.Millisecond}, FlagInterval, u[FlagInterval])
-	fs.Var(intValue[int]{&w.UnreachableLimit, 1}, FlagUnreachableLimit, u[FlagUnreachableLimit])
-	fs.StringVar(&w.Podinfo, FlagPodinfo, w.Podinfo, u[FlagPodinfo])
-	fs.Var(choice{&w.LogFormat, []string{LogText, LogJSON}}, FlagLogFormat, u[FlagLogFormat])
-	fs.Var(durationValue{&w.PreSleep, 0}, FlagPreSleep, u[FlagPreSleep])
-	fs.StringVar(&w.PreHTTPGet, FlagPreHTTPGet, w.PreHTTPGet, u[FlagPreHTTPGet])
-	fs.StringArrayVar(&w.PreHTTPHeaders, FlagPreHTTPHeader, w.PreHTTPHeaders, u[FlagPreHTTPHeader])
-	fs.StringVar(&w.LogFile, FlagLogFile, w.LogFile, u[FlagLogFile])
+	fs.Var(floatValue{&w.Target}, api.ParamTarget, u[api.ParamTarget])
+	fs.Var(durationValue{&w.MinWait, 0}, api.ParamMinWait, u[api.ParamMinWait])
+	fs.Var(durationValue{&w.MaxWait, time.Millisecond}, api.ParamMaxWait, u[api.ParamMaxWait])
+	fs.Var(durationValue{&w.Interval, time.Millisecond}, api.ParamInterval, u[api.ParamInterval])
+	fs.Var(intValue[int]{&w.UnreachableLimit, 1}, api.ParamUnreachableLimit, u[api.ParamUnreachableLimit])
+	fs.StringVar(&w.Podinfo, api.ParamPodinfo, w.Podinfo, u[api.ParamPodinfo])
+	fs.Var(choice{&w.LogFormat, []string{api.LogText, api.LogJSON}}, api.ParamLogFormat, u[api.ParamLogFormat])
+	fs.Var(durationValue{&w.PreSleep, 0}, api.ParamPreSleep, u[api.ParamPreSleep])
+	fs.StringVar(&w.PreHTTPGet, api.ParamPreHTTPGet, w.PreHTTPGet, u[api.ParamPreHTTPGet])
+	fs.StringArrayVar(&w.PreHTTPHeaders, api.ParamPreHTTPHeader, w.PreHTTPHeaders, u[api.ParamPreHTTPHeader])
+	fs.StringVar(&w.LogFile, api.ParamLogFile, w.LogFile, u[api.ParamLogFile])
 }
 
 // Validate checks what single flags cannot: combinations. Its errors name
@@ -204,32 +134,32 @@ func (s *Source) Validate() error {
 		u, err := url.Parse(s.URL)
 		switch {
 		case err != nil:
-			errs = append(errs, fmt.Errorf("--%s: %w", FlagURL, err))
+			errs = append(errs, fmt.Errorf("--%s: %w", api.ParamURL, err))
 		case u.Scheme != "http" && u.Scheme != "https":
-			errs = append(errs, fmt.Errorf("--%s %q: want an http:// or https:// URL", FlagURL, s.URL))
+			errs = append(errs, fmt.Errorf("--%s %q: want an http:// or https:// URL", api.ParamURL, s.URL))
 		case u.Host == "":
-			errs = append(errs, fmt.Errorf("--%s %q: no host; want e.g. http://localhost:8080/sessions", FlagURL, s.URL))
+			errs = append(errs, fmt.Errorf("--%s %q: no host; want e.g. http://localhost:8080/sessions", api.ParamURL, s.URL))
 		}
 	}
 	switch s.Format {
-	case FormatJSON:
+	case api.FormatJSON:
 		if s.JSONPath == "" {
-			errs = append(errs, fmt.Errorf("--%s json needs --%s (e.g. measurements.0.value)", FlagFormat, FlagJSONPath))
+			errs = append(errs, fmt.Errorf("--%s json needs --%s (e.g. measurements.0.value)", api.ParamFormat, api.ParamJSONPath))
 		}
-	case FormatPrometheus:
+	case api.FormatPrometheus:
 		if s.Metric == "" {
-			errs = append(errs, fmt.Errorf("--%s prometheus needs --%s (e.g. tomcat_sessions_active_current_sessions)", FlagFormat, FlagMetric))
+			errs = append(errs, fmt.Errorf("--%s prometheus needs --%s (e.g. tomcat_sessions_active_current_sessions)", api.ParamFormat, api.ParamMetric))
 		}
-	case FormatMatch:
+	case api.FormatMatch:
 		if s.Pattern == "" {
-			errs = append(errs, fmt.Errorf("--%s match needs --%s (e.g. DRAINING)", FlagFormat, FlagPattern))
+			errs = append(errs, fmt.Errorf("--%s match needs --%s (e.g. DRAINING)", api.ParamFormat, api.ParamPattern))
 		}
 	}
 	if s.BasicAuthFile != "" && s.BasicAuthEnv != "" {
-		errs = append(errs, fmt.Errorf("--%s and --%s: give one", FlagBasicAuthFile, FlagBasicAuthEnv))
+		errs = append(errs, fmt.Errorf("--%s and --%s: give one", api.ParamBasicAuthFile, api.ParamBasicAuthEnv))
 	}
 	if s.BearerTokenFile != "" && s.BearerTokenEnv != "" {
-		errs = append(errs, fmt.Errorf("--%s and --%s: give one", FlagBearerTokenFile, FlagBearerTokenEnv))
+		errs = append(errs, fmt.Errorf("--%s and --%s: give one", api.ParamBearerTokenFile, api.ParamBearerTokenEnv))
 	}
 	if (s.BasicAuthFile != "" || s.BasicAuthEnv != "") && (s.BearerTokenFile != "" || s.BearerTokenEnv != "") {
 		errs = append(errs, errors.New("basic auth and a bearer token: give one"))
@@ -241,23 +171,23 @@ func (s *Source) Validate() error {
 func (w *Wait) Validate() error {
 	errs := []error{w.Source.Validate()}
 	if w.MinWait > w.MaxWait {
-		errs = append(errs, fmt.Errorf("--%s %s is longer than --%s %s", FlagMinWait, w.MinWait, FlagMaxWait, w.MaxWait))
+		errs = append(errs, fmt.Errorf("--%s %s is longer than --%s %s", api.ParamMinWait, w.MinWait, api.ParamMaxWait, w.MaxWait))
 	}
 	if w.PreHTTPGet != "" {
 		if u, err := url.Parse(w.PreHTTPGet); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("--%s %q: want an http:// or https:// URL with a host", FlagPreHTTPGet, w.PreHTTPGet))
+			errs = append(errs, fmt.Errorf("--%s %q: want an http:// or https:// URL with a host", api.ParamPreHTTPGet, w.PreHTTPGet))
 		}
 	}
 	for _, h := range w.PreHTTPHeaders {
 		if name, _, ok := strings.Cut(h, ":"); !ok || strings.TrimSpace(name) == "" {
-			errs = append(errs, fmt.Errorf("--%s %q: want 'Name: value'", FlagPreHTTPHeader, h))
+			errs = append(errs, fmt.Errorf("--%s %q: want 'Name: value'", api.ParamPreHTTPHeader, h))
 		}
 	}
 	if len(w.PreHTTPHeaders) > 0 && w.PreHTTPGet == "" {
-		errs = append(errs, fmt.Errorf("--%s without --%s", FlagPreHTTPHeader, FlagPreHTTPGet))
+		errs = append(errs, fmt.Errorf("--%s without --%s", api.ParamPreHTTPHeader, api.ParamPreHTTPGet))
 	}
-	if w.Format == FormatMatch && w.Target != 0 {
-		errs = append(errs, fmt.Errorf("--%s %v with --%s match: match reports 1 while draining and 0 when drained; leave --%s at 0", FlagTarget, w.Target, FlagFormat, FlagTarget))
+	if w.Format == api.FormatMatch && w.Target != 0 {
+		errs = append(errs, fmt.Errorf("--%s %v with --%s match: match reports 1 while draining and 0 when drained; leave --%s at 0", api.ParamTarget, w.Target, api.ParamFormat, api.ParamTarget))
 	}
 	return errors.Join(errs...)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/pflag"
 
+	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/internal/cmdline/cmdlinetest"
 )
 
@@ -17,12 +18,12 @@ func TestArgsRoundTrip(t *testing.T) {
 	w := NewWait()
 	fs := w.FlagSet()
 	for name, v := range map[string]string{
-		FlagURL: "http://localhost:8080/manager/text/list", FlagFormat: FormatTomcatList, FlagContext: "/app",
-		FlagMaxWait: "12h", FlagMinWait: "30s", FlagInterval: "15s", FlagTarget: "2",
-		FlagMetric: `m{a="b c"}`, FlagPattern: "DRAIN(ING)?", FlagIdleBelow: "30m",
-		FlagPodinfo: "/etc/podinfo/annotations", FlagUnreachableLimit: "9", FlagBasicAuthEnv: "MANAGER_AUTH",
-		FlagInsecureTLS: "true", FlagMaxBodyBytes: "4096", FlagRequestTimeout: "2s", FlagLogFormat: LogJSON,
-		FlagPreSleep: "5s", FlagPreHTTPGet: "http://localhost:8080/pre-stop?x=1",
+		api.ParamURL: "http://localhost:8080/manager/text/list", api.ParamFormat: api.FormatTomcatList, api.ParamContext: "/app",
+		api.ParamMaxWait: "12h", api.ParamMinWait: "30s", api.ParamInterval: "15s", api.ParamTarget: "2",
+		api.ParamMetric: `m{a="b c"}`, api.ParamPattern: "DRAIN(ING)?", api.ParamIdleBelow: "30m",
+		api.ParamPodinfo: "/etc/podinfo/annotations", api.ParamUnreachableLimit: "9", api.ParamBasicAuthEnv: "MANAGER_AUTH",
+		api.ParamInsecureTLS: "true", api.ParamMaxBodyBytes: "4096", api.ParamRequestTimeout: "2s", api.ParamLogFormat: api.LogJSON,
+		api.ParamPreSleep: "5s", api.ParamPreHTTPGet: "http://localhost:8080/pre-stop?x=1",
 	} {
 		if err := fs.Set(name, v); err != nil {
 			t.Fatalf("Set(%s, %q): %v", name, v, err)
@@ -30,7 +31,7 @@ func TestArgsRoundTrip(t *testing.T) {
 	}
 	// A repeated flag, with commas in its values.
 	for _, h := range []string{"X-Drain: yes, please", "Authorization: none"} {
-		if err := fs.Set(FlagPreHTTPHeader, h); err != nil {
+		if err := fs.Set(api.ParamPreHTTPHeader, h); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -50,7 +51,7 @@ func TestArgsRoundTrip(t *testing.T) {
 func TestArgsOnlyCarriesWhatWasSet(t *testing.T) {
 	w := NewWait()
 	fs := w.FlagSet()
-	if err := fs.Set(FlagMaxWait, "2h"); err != nil {
+	if err := fs.Set(api.ParamMaxWait, "2h"); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff([]string{"--max-wait=2h0m0s"}, Args(fs)); diff != "" {
@@ -60,16 +61,16 @@ func TestArgsOnlyCarriesWhatWasSet(t *testing.T) {
 
 func TestFlagErrorsNameTheAcceptedForm(t *testing.T) {
 	tests := []struct{ flag, value, want string }{
-		{FlagMaxWait, "12", "want a number with a unit"},
-		{FlagMinWait, "-1s", "negative"},
-		{FlagInterval, "0s", "too short"},
-		{FlagFormat, "xml", "auto|number|json|prometheus|tomcat-list|tomcat-sessions|match"},
-		{FlagTarget, "-3", "number of 0 or more"},
-		{FlagUnreachableLimit, "0", "at least 1"},
-		{FlagMetric, "bad-name", "want NAME or NAME{label"},
-		{FlagMetric, `m{a="b"`, "no closing }"},
-		{FlagPattern, "(", "not a regular expression"},
-		{FlagBasicAuthEnv, "user:pass", "never the secret"},
+		{api.ParamMaxWait, "12", "want a number with a unit"},
+		{api.ParamMinWait, "-1s", "negative"},
+		{api.ParamInterval, "0s", "too short"},
+		{api.ParamFormat, "xml", "auto|number|json|prometheus|tomcat-list|tomcat-sessions|match"},
+		{api.ParamTarget, "-3", "number of 0 or more"},
+		{api.ParamUnreachableLimit, "0", "at least 1"},
+		{api.ParamMetric, "bad-name", "want NAME or NAME{label"},
+		{api.ParamMetric, `m{a="b"`, "no closing }"},
+		{api.ParamPattern, "(", "not a regular expression"},
+		{api.ParamBasicAuthEnv, "user:pass", "never the secret"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.flag+"="+tt.value, func(t *testing.T) {
@@ -90,9 +91,9 @@ func TestValidate(t *testing.T) {
 		{"accepts the defaults", func(*Wait) {}, ""},
 		{"refuses min-wait past max-wait", func(w *Wait) { w.MinWait, w.MaxWait = time.Hour, time.Minute }, "--min-wait 1h0m0s is longer than --max-wait 1m0s"},
 		{"refuses a non-http URL", func(w *Wait) { w.URL = "ftp://localhost/x" }, "want an http:// or https:// URL"},
-		{"refuses json without a path", func(w *Wait) { w.Format = FormatJSON }, "--format json needs --json-path"},
-		{"refuses prometheus without a metric", func(w *Wait) { w.Format = FormatPrometheus }, "--format prometheus needs --metric"},
-		{"refuses match without a pattern", func(w *Wait) { w.Format = FormatMatch }, "--format match needs --pattern"},
+		{"refuses json without a path", func(w *Wait) { w.Format = api.FormatJSON }, "--format json needs --json-path"},
+		{"refuses prometheus without a metric", func(w *Wait) { w.Format = api.FormatPrometheus }, "--format prometheus needs --metric"},
+		{"refuses match without a pattern", func(w *Wait) { w.Format = api.FormatMatch }, "--format match needs --pattern"},
 		{"refuses two basic-auth sources", func(w *Wait) { w.BasicAuthFile, w.BasicAuthEnv = "/f", "E" }, "give one"},
 		{"refuses basic auth with a token", func(w *Wait) { w.BasicAuthFile, w.BearerTokenEnv = "/f", "E" }, "basic auth and a bearer token"},
 	}
@@ -136,14 +137,14 @@ func TestParseMetricSelector(t *testing.T) {
 // examples holds a valid value of every flag of `drainctl wait`; a flag
 // added without one fails TestEveryFlagInBothForms.
 var examples = map[string]string{
-	FlagURL: "http://localhost:8080/sessions", FlagFormat: "json", FlagJSONPath: "measurements.0.value",
-	FlagMetric: `tomcat_sessions_active_current_sessions{name="app"}`, FlagContext: "/app", FlagIdleBelow: "30m",
-	FlagPattern: "DRAINING", FlagTarget: "2", FlagMinWait: "30s", FlagMaxWait: "12h", FlagInterval: "15s",
-	FlagRequestTimeout: "2s", FlagMaxBodyBytes: "65536", FlagUnreachableLimit: "3", FlagPodinfo: "/etc/podinfo/annotations",
-	FlagBasicAuthFile: "/etc/manager/credentials", FlagBasicAuthEnv: "MANAGER_AUTH", FlagBearerTokenFile: "/var/run/token",
-	FlagBearerTokenEnv: "APP_TOKEN", FlagHeaderFile: "/etc/app/headers", FlagInsecureTLS: "true", FlagLogFormat: "json",
-	FlagLogFile: "/var/log/drain.log", FlagPreSleep: "5s", FlagPreHTTPGet: "http://localhost:8080/shutdown",
-	FlagPreHTTPHeader: "X-Drain: yes",
+	api.ParamURL: "http://localhost:8080/sessions", api.ParamFormat: "json", api.ParamJSONPath: "measurements.0.value",
+	api.ParamMetric: `tomcat_sessions_active_current_sessions{name="app"}`, api.ParamContext: "/app", api.ParamIdleBelow: "30m",
+	api.ParamPattern: "DRAINING", api.ParamTarget: "2", api.ParamMinWait: "30s", api.ParamMaxWait: "12h", api.ParamInterval: "15s",
+	api.ParamRequestTimeout: "2s", api.ParamMaxBodyBytes: "65536", api.ParamUnreachableLimit: "3", api.ParamPodinfo: "/etc/podinfo/annotations",
+	api.ParamBasicAuthFile: "/etc/manager/credentials", api.ParamBasicAuthEnv: "MANAGER_AUTH", api.ParamBearerTokenFile: "/var/run/token",
+	api.ParamBearerTokenEnv: "APP_TOKEN", api.ParamHeaderFile: "/etc/app/headers", api.ParamInsecureTLS: "true", api.ParamLogFormat: "json",
+	api.ParamLogFile: "/var/log/drain.log", api.ParamPreSleep: "5s", api.ParamPreHTTPGet: "http://localhost:8080/shutdown",
+	api.ParamPreHTTPHeader: "X-Drain: yes",
 }
 
 // TestEveryFlagInBothForms: every flag takes `--flag value` and
@@ -156,16 +157,16 @@ func TestEveryFlagInBothForms(t *testing.T) {
 // flag's name and the accepted form.
 func TestBadValuesNameTheFlag(t *testing.T) {
 	for flag, tc := range map[string][2]string{
-		FlagFormat:           {"xml", `"xml" is not one of auto|number|json`},
-		FlagMaxWait:          {"forever", "want a number with a unit: 500ms, 10s, 30m, 12h"},
-		FlagMinWait:          {"-1s", "want 0 or more"},
-		FlagUnreachableLimit: {"0", "is not a whole number of at least 1"},
-		FlagTarget:           {"-2", "is not a number of 0 or more"},
-		FlagPattern:          {"(", "is not a regular expression"},
-		FlagBasicAuthEnv:     {"user:pass", "is not an environment variable name"},
-		FlagMetric:           {"a{b=", "metric"},
-		FlagInsecureTLS:      {"maybe", "must be true or false"},
-		FlagLogFormat:        {"xml", "is not one of text|json"},
+		api.ParamFormat:           {"xml", `"xml" is not one of auto|number|json`},
+		api.ParamMaxWait:          {"forever", "want a number with a unit: 500ms, 10s, 30m, 12h"},
+		api.ParamMinWait:          {"-1s", "want 0 or more"},
+		api.ParamUnreachableLimit: {"0", "is not a whole number of at least 1"},
+		api.ParamTarget:           {"-2", "is not a number of 0 or more"},
+		api.ParamPattern:          {"(", "is not a regular expression"},
+		api.ParamBasicAuthEnv:     {"user:pass", "is not an environment variable name"},
+		api.ParamMetric:           {"a{b=", "metric"},
+		api.ParamInsecureTLS:      {"maybe", "must be true or false"},
+		api.ParamLogFormat:        {"xml", "is not one of text|json"},
 	} {
 		err := NewWait().FlagSet().Parse([]string{"--" + flag + "=" + tc[0]})
 		if err == nil || !strings.Contains(err.Error(), `for "--`+flag+`" flag`) || !strings.Contains(err.Error(), tc[1]) {

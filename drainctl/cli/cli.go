@@ -182,7 +182,7 @@ func runWait(ctx context.Context, args []string, env Env) int {
 		return api.ExitError
 	}
 	defer closeLog()
-	log := drain.NewLogger(out, w.LogFormat == params.LogJSON)
+	log := drain.NewLogger(out, w.LogFormat == api.LogJSON)
 	for _, f := range ignored {
 		msg := fmt.Sprintf("ignoring %s: not a flag of drainctl %s (written by a newer webhook?); draining with the flags it knows", f, Version)
 		log.Log(msg, "event", "ignored-flag", "flag", f)
@@ -287,10 +287,10 @@ func preSleep(ctx context.Context, d time.Duration, log *drain.Logger) {
 
 // preHTTPGet is the pod's own preStop httpGet, called as the kubelet calls
 // it: a GET, the certificate not verified, any status accepted (logged),
-// bounded by params.PreHTTPGetTimeout.
+// bounded by api.PreHTTPGetTimeout.
 func preHTTPGet(ctx context.Context, url string, headers []string, log *drain.Logger) {
 	log.Log(fmt.Sprintf("the pod's own preStop httpGet first: GET %s", url), "event", "before")
-	ctx, cancel := context.WithTimeout(ctx, params.PreHTTPGetTimeout)
+	ctx, cancel := context.WithTimeout(ctx, api.PreHTTPGetTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -330,7 +330,7 @@ func logWriter(w *params.Wait, env Env) (io.Writer, func(), error) {
 	if w.LogFile != "" {
 		f, err := os.OpenFile(w.LogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--%s: %w", params.FlagLogFile, err)
+			return nil, nil, fmt.Errorf("--%s: %w", api.ParamLogFile, err)
 		}
 		return f, func() { f.Close() }, nil
 	}

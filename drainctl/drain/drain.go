@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/api/params"
 	"github.com/stickydrain/stickydrain/drainctl/podinfo"
 	"github.com/stickydrain/stickydrain/drainctl/source"
@@ -120,21 +121,21 @@ func Wait(ctx context.Context, cfg Config) Result {
 			podinfoErrs++
 			return false
 		}
-		if v, ok := ann[params.ReleaseAnnotation]; ok && v != "false" {
-			log.Log(fmt.Sprintf("released by annotation %s=%q after %s", params.ReleaseAnnotation, v, elapsed()),
+		if v, ok := ann[api.AnnotationRelease]; ok && v != "false" {
+			log.Log(fmt.Sprintf("released by annotation %s=%q after %s", api.AnnotationRelease, v, elapsed()),
 				"event", "released", "waited", time.Since(start))
 			return true
 		}
-		if v, ok := ann[params.MaxWaitAnnotation]; ok {
+		if v, ok := ann[api.AnnotationMaxWait]; ok {
 			d, err := time.ParseDuration(v)
 			switch {
 			case err != nil || d < 0:
 				if v != lastErr {
-					log.Log(fmt.Sprintf("ignoring annotation %s=%q: want a Go duration such as 30m", params.MaxWaitAnnotation, v))
+					log.Log(fmt.Sprintf("ignoring annotation %s=%q: want a Go duration such as 30m", api.AnnotationMaxWait, v))
 					lastErr = v
 				}
 			case d < maxWait:
-				log.Log(fmt.Sprintf("max-wait shortened from %s to %s by annotation %s", maxWait, d, params.MaxWaitAnnotation),
+				log.Log(fmt.Sprintf("max-wait shortened from %s to %s by annotation %s", maxWait, d, api.AnnotationMaxWait),
 					"event", "max-wait-shortened", "max_wait", d)
 				maxWait = d
 			}
@@ -179,7 +180,7 @@ func Wait(ctx context.Context, cfg Config) Result {
 				}
 			} else {
 				failures = 0
-				if res.Detected == "" && (cfg.Format == params.FormatAuto || cfg.Format == "") {
+				if res.Detected == "" && (cfg.Format == api.FormatAuto || cfg.Format == "") {
 					log.Log(fmt.Sprintf("detected format %s", r.Format), "event", "detected", "format", r.Format)
 				}
 				res.Detected = r.Format

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/api/params"
 	"github.com/stickydrain/stickydrain/drainctl/source"
 )
@@ -30,7 +31,7 @@ func (s *script) Count(context.Context) (source.Reading, error) {
 	defer s.mu.Unlock()
 	st := s.steps[min(s.calls, len(s.steps)-1)]
 	s.calls++
-	return source.Reading{Count: st.n, Format: params.FormatNumber}, st.err
+	return source.Reading{Count: st.n, Format: api.FormatNumber}, st.err
 }
 
 func config(c Counter, mod func(*params.Wait)) (Config, *bytes.Buffer) {

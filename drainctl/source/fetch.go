@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/api/params"
 )
 
@@ -73,7 +74,7 @@ func (c *Client) fetch(ctx context.Context) ([]byte, error) {
 	defer resp.Body.Close()
 	limit := c.src.MaxBodyBytes
 	if limit <= 0 {
-		limit = params.DefaultMaxBodyBytes
+		limit = api.DefaultMaxBodyBytes
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
@@ -83,7 +84,7 @@ func (c *Client) fetch(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("GET %s: status %s", c.src.URL, resp.Status)
 	}
 	if int64(len(body)) > limit {
-		return nil, fmt.Errorf("GET %s: body larger than --%s %d", c.src.URL, params.FlagMaxBodyBytes, limit)
+		return nil, fmt.Errorf("GET %s: body larger than --%s %d", c.src.URL, api.ParamMaxBodyBytes, limit)
 	}
 	return body, nil
 }
@@ -108,7 +109,7 @@ func credentials(src params.Source, readFile func(string) ([]byte, error), looku
 		}
 		return "", nil
 	}
-	basic, err := secret(src.BasicAuthFile, src.BasicAuthEnv, params.FlagBasicAuthFile, params.FlagBasicAuthEnv)
+	basic, err := secret(src.BasicAuthFile, src.BasicAuthEnv, api.ParamBasicAuthFile, api.ParamBasicAuthEnv)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +119,7 @@ func credentials(src params.Source, readFile func(string) ([]byte, error), looku
 		}
 		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(basic)))
 	}
-	token, err := secret(src.BearerTokenFile, src.BearerTokenEnv, params.FlagBearerTokenFile, params.FlagBearerTokenEnv)
+	token, err := secret(src.BearerTokenFile, src.BearerTokenEnv, api.ParamBearerTokenFile, api.ParamBearerTokenEnv)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +129,7 @@ func credentials(src params.Source, readFile func(string) ([]byte, error), looku
 	if src.HeaderFile != "" {
 		b, err := readFile(src.HeaderFile)
 		if err != nil {
-			return nil, fmt.Errorf("--%s: %w", params.FlagHeaderFile, err)
+			return nil, fmt.Errorf("--%s: %w", api.ParamHeaderFile, err)
 		}
 		sc := bufio.NewScanner(bytes.NewReader(b))
 		for n := 1; sc.Scan(); n++ {
@@ -139,7 +140,7 @@ func credentials(src params.Source, readFile func(string) ([]byte, error), looku
 			name, value, ok := strings.Cut(line, ":")
 			name = strings.TrimSpace(name)
 			if !ok || name == "" || strings.ContainsAny(name, " \t") {
-				return nil, fmt.Errorf("--%s %s line %d: want 'Name: value'", params.FlagHeaderFile, src.HeaderFile, n)
+				return nil, fmt.Errorf("--%s %s line %d: want 'Name: value'", api.ParamHeaderFile, src.HeaderFile, n)
 			}
 			h.Add(name, strings.TrimSpace(value))
 		}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/api/params"
 )
 
@@ -59,7 +60,7 @@ func FuzzParseTomcatSessions(f *testing.F) {
 func FuzzParseAuto(f *testing.F) {
 	f.Add([]byte(tomcatSessionsOld))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := Parse(b, params.Source{Format: params.FormatAuto})
+		r, err := Parse(b, params.Source{Format: api.FormatAuto})
 		checkCountOK(t, r.Count, err)
 	})
 }

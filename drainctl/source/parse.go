@@ -37,7 +37,7 @@ type Reading struct {
 // FormatAuto it detects the format first.
 func Parse(body []byte, s params.Source) (Reading, error) {
 	format := s.Format
-	if format == "" || format == params.FormatAuto {
+	if format == "" || format == api.FormatAuto {
 		var err error
 		if format, err = Detect(body, s); err != nil {
 			return Reading{}, err
@@ -46,25 +46,25 @@ func Parse(body []byte, s params.Source) (Reading, error) {
 	var n float64
 	var err error
 	switch format {
-	case params.FormatNumber:
+	case api.FormatNumber:
 		n, err = ParseNumber(body)
-	case params.FormatJSON:
+	case api.FormatJSON:
 		path := s.JSONPath
 		if path == "" {
 			path = actuatorPath
 		}
 		n, err = ParseJSON(body, path)
-	case params.FormatPrometheus:
+	case api.FormatPrometheus:
 		metric := s.Metric
 		if metric == "" {
 			metric = defaultMetric
 		}
 		n, err = ParsePrometheus(body, metric)
-	case params.FormatTomcatList:
+	case api.FormatTomcatList:
 		n, err = ParseTomcatList(body, s.Context)
-	case params.FormatTomcatSessions:
+	case api.FormatTomcatSessions:
 		n, err = ParseTomcatSessions(body, s.IdleBelow)
-	case params.FormatMatch:
+	case api.FormatMatch:
 		var draining bool
 		draining, err = ParseMatch(body, s.Pattern)
 		if draining {
@@ -101,23 +101,23 @@ func Detect(body []byte, s params.Source) (string, error) {
 	trimmed := bytes.TrimSpace(body)
 	switch {
 	case bytes.HasPrefix(trimmed, tomcatSessionsHeader):
-		return params.FormatTomcatSessions, nil
+		return api.FormatTomcatSessions, nil
 	case bytes.HasPrefix(trimmed, tomcatListHeader):
-		return params.FormatTomcatList, nil
+		return api.FormatTomcatList, nil
 	case len(trimmed) > 0 && (trimmed[0] == '{' || trimmed[0] == '['):
-		return params.FormatJSON, nil
+		return api.FormatJSON, nil
 	}
 	if _, err := ParseNumber(trimmed); err == nil {
-		return params.FormatNumber, nil
+		return api.FormatNumber, nil
 	}
 	if s.Metric != "" {
-		return params.FormatPrometheus, nil
+		return api.FormatPrometheus, nil
 	}
 	if _, err := ParsePrometheus(body, defaultMetric); err == nil {
-		return params.FormatPrometheus, nil
+		return api.FormatPrometheus, nil
 	}
 	if s.Pattern != "" {
-		return params.FormatMatch, nil
+		return api.FormatMatch, nil
 	}
 	return "", errors.New("cannot tell the body's format (not a number, JSON, Prometheus text with " + defaultMetric +
 		", nor Tomcat manager text); set --format, or --pattern for a drain.sh-style keyword")

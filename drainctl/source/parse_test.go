@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/api/params"
 )
 
@@ -52,39 +53,39 @@ func TestCountFormats(t *testing.T) {
 		want   Reading
 		errHas string
 	}{
-		{name: "reads a plain number", body: "42\n", src: params.Source{Format: params.FormatNumber}, want: Reading{42, params.FormatNumber}},
-		{name: "reads zero as drained", body: "0", src: params.Source{Format: params.FormatNumber}, want: Reading{0, params.FormatNumber}},
-		{name: "refuses a negative number", body: "-1", src: params.Source{Format: params.FormatNumber}, errHas: "0 or more"},
-		{name: "refuses text as a number", body: "many", src: params.Source{Format: params.FormatNumber}, errHas: "not a number"},
-		{name: "reads the Spring Boot actuator value", body: actuator, src: params.Source{Format: params.FormatJSON, JSONPath: "measurements.0.value"}, want: Reading{7, params.FormatJSON}},
-		{name: "reads a nested JSON key", body: `{"sessions":{"active":"3"}}`, src: params.Source{Format: params.FormatJSON, JSONPath: "sessions.active"}, want: Reading{3, params.FormatJSON}},
-		{name: "names the missing JSON key", body: `{"sessions":{}}`, src: params.Source{Format: params.FormatJSON, JSONPath: "sessions.active"}, errHas: `no key "active" at $.sessions`},
-		{name: "names an out-of-range index", body: `{"m":[]}`, src: params.Source{Format: params.FormatJSON, JSONPath: "m.0"}, errHas: "index 0 out of range at $.m"},
-		{name: "sums Prometheus series matching a label", body: promText, src: params.Source{Format: params.FormatPrometheus, Metric: `tomcat_sessions_active_current_sessions{name="app"}`}, want: Reading{5, params.FormatPrometheus}},
-		{name: "sums every Prometheus series of a name", body: promText, src: params.Source{Format: params.FormatPrometheus, Metric: "tomcat_sessions_active_current_sessions"}, want: Reading{7, params.FormatPrometheus}},
-		{name: "matches Prometheus labels by regexp", body: promText, src: params.Source{Format: params.FormatPrometheus, Metric: `tomcat_sessions_active_current_sessions{name=~"ad.*",application!="x"}`}, want: Reading{2, params.FormatPrometheus}},
-		{name: "counts no matching Prometheus series as zero", body: promText, src: params.Source{Format: params.FormatPrometheus, Metric: `tomcat_sessions_active_current_sessions{name="none"}`}, want: Reading{0, params.FormatPrometheus}},
-		{name: "refuses an absent Prometheus metric", body: promText, src: params.Source{Format: params.FormatPrometheus, Metric: "jetty_sessions"}, errHas: "no metric jetty_sessions"},
-		{name: "reads a Tomcat list context", body: tomcatListOld, src: params.Source{Format: params.FormatTomcatList, Context: "/app"}, want: Reading{12, params.FormatTomcatList}},
-		{name: "reads the Tomcat ROOT context", body: tomcatListVersioned, src: params.Source{Format: params.FormatTomcatList, Context: "/"}, want: Reading{1, params.FormatTomcatList}},
-		{name: "sums parallel-deployed versions of a context", body: tomcatListVersioned, src: params.Source{Format: params.FormatTomcatList, Context: "/app"}, want: Reading{8, params.FormatTomcatList}},
-		{name: "sums all but the managers without a context", body: tomcatListVersioned, src: params.Source{Format: params.FormatTomcatList}, want: Reading{9, params.FormatTomcatList}},
-		{name: "refuses an unknown Tomcat context", body: tomcatListOld, src: params.Source{Format: params.FormatTomcatList, Context: "/nope"}, errHas: `no application at context path "/nope"`},
-		{name: "sums the older sessions histogram", body: tomcatSessionsOld, src: params.Source{Format: params.FormatTomcatSessions}, want: Reading{10, params.FormatTomcatSessions}},
-		{name: "sums the bracketed sessions histogram", body: tomcatSessionsNew, src: params.Source{Format: params.FormatTomcatSessions}, want: Reading{10, params.FormatTomcatSessions}},
-		{name: "counts only recently active sessions (older wording)", body: tomcatSessionsOld, src: params.Source{Format: params.FormatTomcatSessions, IdleBelow: 2 * time.Minute}, want: Reading{7, params.FormatTomcatSessions}},
-		{name: "counts only recently active sessions (bracketed wording)", body: tomcatSessionsNew, src: params.Source{Format: params.FormatTomcatSessions, IdleBelow: 25 * time.Minute}, want: Reading{9, params.FormatTomcatSessions}},
-		{name: "reads an empty histogram as zero", body: tomcatSessionsEmptyNew, src: params.Source{Format: params.FormatTomcatSessions}, want: Reading{0, params.FormatTomcatSessions}},
-		{name: "skips the expired-sessions line", body: tomcatExpired, src: params.Source{Format: params.FormatTomcatSessions}, want: Reading{2, params.FormatTomcatSessions}},
-		{name: "is draining while the keyword matches", body: drainSh, src: params.Source{Format: params.FormatMatch, Pattern: "draining"}, want: Reading{1, params.FormatMatch}},
-		{name: "is drained once the keyword is gone", body: "DONE", src: params.Source{Format: params.FormatMatch, Pattern: "DRAINING"}, want: Reading{0, params.FormatMatch}},
-		{name: "detects a number", body: " 3 ", src: params.Source{Format: params.FormatAuto}, want: Reading{3, params.FormatNumber}},
-		{name: "detects the actuator shape", body: actuator, src: params.Source{Format: params.FormatAuto}, want: Reading{7, params.FormatJSON}},
-		{name: "detects Prometheus text by the Tomcat gauge", body: promText, src: params.Source{Format: params.FormatAuto}, want: Reading{7, params.FormatPrometheus}},
-		{name: "detects a Tomcat list", body: tomcatListOld, src: params.Source{Format: params.FormatAuto, Context: "/app"}, want: Reading{12, params.FormatTomcatList}},
-		{name: "detects a Tomcat sessions histogram", body: tomcatSessionsNew, src: params.Source{Format: params.FormatAuto}, want: Reading{10, params.FormatTomcatSessions}},
-		{name: "detects a keyword body when a pattern is given", body: drainSh, src: params.Source{Format: params.FormatAuto, Pattern: "DRAINING"}, want: Reading{1, params.FormatMatch}},
-		{name: "says it cannot detect an unknown body", body: "hello", src: params.Source{Format: params.FormatAuto}, errHas: "cannot tell the body's format"},
+		{name: "reads a plain number", body: "42\n", src: params.Source{Format: api.FormatNumber}, want: Reading{42, api.FormatNumber}},
+		{name: "reads zero as drained", body: "0", src: params.Source{Format: api.FormatNumber}, want: Reading{0, api.FormatNumber}},
+		{name: "refuses a negative number", body: "-1", src: params.Source{Format: api.FormatNumber}, errHas: "0 or more"},
+		{name: "refuses text as a number", body: "many", src: params.Source{Format: api.FormatNumber}, errHas: "not a number"},
+		{name: "reads the Spring Boot actuator value", body: actuator, src: params.Source{Format: api.FormatJSON, JSONPath: "measurements.0.value"}, want: Reading{7, api.FormatJSON}},
+		{name: "reads a nested JSON key", body: `{"sessions":{"active":"3"}}`, src: params.Source{Format: api.FormatJSON, JSONPath: "sessions.active"}, want: Reading{3, api.FormatJSON}},
+		{name: "names the missing JSON key", body: `{"sessions":{}}`, src: params.Source{Format: api.FormatJSON, JSONPath: "sessions.active"}, errHas: `no key "active" at $.sessions`},
+		{name: "names an out-of-range index", body: `{"m":[]}`, src: params.Source{Format: api.FormatJSON, JSONPath: "m.0"}, errHas: "index 0 out of range at $.m"},
+		{name: "sums Prometheus series matching a label", body: promText, src: params.Source{Format: api.FormatPrometheus, Metric: `tomcat_sessions_active_current_sessions{name="app"}`}, want: Reading{5, api.FormatPrometheus}},
+		{name: "sums every Prometheus series of a name", body: promText, src: params.Source{Format: api.FormatPrometheus, Metric: "tomcat_sessions_active_current_sessions"}, want: Reading{7, api.FormatPrometheus}},
+		{name: "matches Prometheus labels by regexp", body: promText, src: params.Source{Format: api.FormatPrometheus, Metric: `tomcat_sessions_active_current_sessions{name=~"ad.*",application!="x"}`}, want: Reading{2, api.FormatPrometheus}},
+		{name: "counts no matching Prometheus series as zero", body: promText, src: params.Source{Format: api.FormatPrometheus, Metric: `tomcat_sessions_active_current_sessions{name="none"}`}, want: Reading{0, api.FormatPrometheus}},
+		{name: "refuses an absent Prometheus metric", body: promText, src: params.Source{Format: api.FormatPrometheus, Metric: "jetty_sessions"}, errHas: "no metric jetty_sessions"},
+		{name: "reads a Tomcat list context", body: tomcatListOld, src: params.Source{Format: api.FormatTomcatList, Context: "/app"}, want: Reading{12, api.FormatTomcatList}},
+		{name: "reads the Tomcat ROOT context", body: tomcatListVersioned, src: params.Source{Format: api.FormatTomcatList, Context: "/"}, want: Reading{1, api.FormatTomcatList}},
+		{name: "sums parallel-deployed versions of a context", body: tomcatListVersioned, src: params.Source{Format: api.FormatTomcatList, Context: "/app"}, want: Reading{8, api.FormatTomcatList}},
+		{name: "sums all but the managers without a context", body: tomcatListVersioned, src: params.Source{Format: api.FormatTomcatList}, want: Reading{9, api.FormatTomcatList}},
+		{name: "refuses an unknown Tomcat context", body: tomcatListOld, src: params.Source{Format: api.FormatTomcatList, Context: "/nope"}, errHas: `no application at context path "/nope"`},
+		{name: "sums the older sessions histogram", body: tomcatSessionsOld, src: params.Source{Format: api.FormatTomcatSessions}, want: Reading{10, api.FormatTomcatSessions}},
+		{name: "sums the bracketed sessions histogram", body: tomcatSessionsNew, src: params.Source{Format: api.FormatTomcatSessions}, want: Reading{10, api.FormatTomcatSessions}},
+		{name: "counts only recently active sessions (older wording)", body: tomcatSessionsOld, src: params.Source{Format: api.FormatTomcatSessions, IdleBelow: 2 * time.Minute}, want: Reading{7, api.FormatTomcatSessions}},
+		{name: "counts only recently active sessions (bracketed wording)", body: tomcatSessionsNew, src: params.Source{Format: api.FormatTomcatSessions, IdleBelow: 25 * time.Minute}, want: Reading{9, api.FormatTomcatSessions}},
+		{name: "reads an empty histogram as zero", body: tomcatSessionsEmptyNew, src: params.Source{Format: api.FormatTomcatSessions}, want: Reading{0, api.FormatTomcatSessions}},
+		{name: "skips the expired-sessions line", body: tomcatExpired, src: params.Source{Format: api.FormatTomcatSessions}, want: Reading{2, api.FormatTomcatSessions}},
+		{name: "is draining while the keyword matches", body: drainSh, src: params.Source{Format: api.FormatMatch, Pattern: "draining"}, want: Reading{1, api.FormatMatch}},
+		{name: "is drained once the keyword is gone", body: "DONE", src: params.Source{Format: api.FormatMatch, Pattern: "DRAINING"}, want: Reading{0, api.FormatMatch}},
+		{name: "detects a number", body: " 3 ", src: params.Source{Format: api.FormatAuto}, want: Reading{3, api.FormatNumber}},
+		{name: "detects the actuator shape", body: actuator, src: params.Source{Format: api.FormatAuto}, want: Reading{7, api.FormatJSON}},
+		{name: "detects Prometheus text by the Tomcat gauge", body: promText, src: params.Source{Format: api.FormatAuto}, want: Reading{7, api.FormatPrometheus}},
+		{name: "detects a Tomcat list", body: tomcatListOld, src: params.Source{Format: api.FormatAuto, Context: "/app"}, want: Reading{12, api.FormatTomcatList}},
+		{name: "detects a Tomcat sessions histogram", body: tomcatSessionsNew, src: params.Source{Format: api.FormatAuto}, want: Reading{10, api.FormatTomcatSessions}},
+		{name: "detects a keyword body when a pattern is given", body: drainSh, src: params.Source{Format: api.FormatAuto, Pattern: "DRAINING"}, want: Reading{1, api.FormatMatch}},
+		{name: "says it cannot detect an unknown body", body: "hello", src: params.Source{Format: api.FormatAuto}, errHas: "cannot tell the body's format"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -144,7 +145,7 @@ func TestCountFailures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := New(params.Source{URL: tt.url, Format: params.FormatNumber, RequestTimeout: 300 * time.Millisecond, MaxBodyBytes: 1024})
+			c, err := New(params.Source{URL: tt.url, Format: api.FormatNumber, RequestTimeout: 300 * time.Millisecond, MaxBodyBytes: 1024})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -191,7 +192,7 @@ func TestCredentials(t *testing.T) {
 			}))
 			defer srv.Close()
 			src := tt.src
-			src.URL, src.Format, src.RequestTimeout = srv.URL, params.FormatNumber, time.Second
+			src.URL, src.Format, src.RequestTimeout = srv.URL, api.FormatNumber, time.Second
 			c, err := New(src)
 			if err != nil {
 				t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/api/params"
 	"github.com/stickydrain/stickydrain/drainctl/source"
 )
@@ -122,15 +123,15 @@ func TestCountEndpointsReadByDrainctl(t *testing.T) {
 		src  params.Source
 		want float64
 	}{
-		{"/sessions", params.Source{Format: params.FormatNumber}, 4},
-		{"/actuator/metrics/tomcat.sessions.active.current", params.Source{Format: params.FormatJSON, JSONPath: "measurements.0.value"}, 4},
-		{"/metrics", params.Source{Format: params.FormatPrometheus, Metric: `tomcat_sessions_active_current_sessions{name="app"}`}, 4},
-		{"/manager/text/list", params.Source{Format: params.FormatTomcatList, Context: "/app"}, 4},
-		{"/manager/text/sessions?path=/app", params.Source{Format: params.FormatTomcatSessions}, 4},
-		{"/manager/text/sessions?path=/app&wording=old", params.Source{Format: params.FormatTomcatSessions}, 4},
-		{"/manager/text/sessions?path=/app", params.Source{Format: params.FormatTomcatSessions, IdleBelow: 5 * time.Minute}, 1},
-		{"/manager/text/sessions?path=/app&wording=old", params.Source{Format: params.FormatTomcatSessions, IdleBelow: 5 * time.Minute}, 1},
-		{"/drain", params.Source{Format: params.FormatMatch, Pattern: "DRAINING"}, 1},
+		{"/sessions", params.Source{Format: api.FormatNumber}, 4},
+		{"/actuator/metrics/tomcat.sessions.active.current", params.Source{Format: api.FormatJSON, JSONPath: "measurements.0.value"}, 4},
+		{"/metrics", params.Source{Format: api.FormatPrometheus, Metric: `tomcat_sessions_active_current_sessions{name="app"}`}, 4},
+		{"/manager/text/list", params.Source{Format: api.FormatTomcatList, Context: "/app"}, 4},
+		{"/manager/text/sessions?path=/app", params.Source{Format: api.FormatTomcatSessions}, 4},
+		{"/manager/text/sessions?path=/app&wording=old", params.Source{Format: api.FormatTomcatSessions}, 4},
+		{"/manager/text/sessions?path=/app", params.Source{Format: api.FormatTomcatSessions, IdleBelow: 5 * time.Minute}, 1},
+		{"/manager/text/sessions?path=/app&wording=old", params.Source{Format: api.FormatTomcatSessions, IdleBelow: 5 * time.Minute}, 1},
+		{"/drain", params.Source{Format: api.FormatMatch, Pattern: "DRAINING"}, 1},
 		{"/sessions", params.Source{}, 4},
 		{"/actuator/metrics/tomcat.sessions.active.current", params.Source{}, 4},
 		{"/metrics", params.Source{}, 4},
@@ -147,7 +148,7 @@ func TestCountEndpointsReadByDrainctl(t *testing.T) {
 			resp.Body.Close()
 			src := tt.src
 			if src.Format == "" {
-				src.Format = params.FormatAuto
+				src.Format = api.FormatAuto
 			}
 			got, err := source.Parse(body, src)
 			if err != nil {

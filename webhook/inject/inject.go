@@ -313,7 +313,7 @@ func Resolve(spec *corev1.PodSpec, get func(string) (string, bool)) (*Plan, erro
 			}
 		}
 	}
-	if err := fs.Set(params.FlagPodinfo, PodinfoFile); err != nil {
+	if err := fs.Set(api.ParamPodinfo, PodinfoFile); err != nil {
 		return nil, err
 	}
 	if len(errs) == 0 {
@@ -401,7 +401,7 @@ func Resolve(spec *corev1.PodSpec, get func(string) (string, bool)) (*Plan, erro
 			case h.Sleep != nil:
 				// Kept, without asking: it runs first, then the drain.
 				preWait = time.Duration(h.Sleep.Seconds) * time.Second
-				if err := fs.Set(params.FlagPreSleep, preWait.String()); err != nil {
+				if err := fs.Set(api.ParamPreSleep, preWait.String()); err != nil {
 					return nil, err
 				}
 			case h.HTTPGet != nil:
@@ -410,12 +410,12 @@ func Resolve(spec *corev1.PodSpec, get func(string) (string, bool)) (*Plan, erro
 					errs = append(errs, &Error{Problem: fmt.Sprintf("container %q: its preStop httpGet cannot be kept: %v", c.Name, err)})
 					break
 				}
-				preWait = params.PreHTTPGetTimeout
-				if err := fs.Set(params.FlagPreHTTPGet, u); err != nil {
+				preWait = api.PreHTTPGetTimeout
+				if err := fs.Set(api.ParamPreHTTPGet, u); err != nil {
 					return nil, err
 				}
 				for _, hd := range headers {
-					if err := fs.Set(params.FlagPreHTTPHeader, hd); err != nil {
+					if err := fs.Set(api.ParamPreHTTPHeader, hd); err != nil {
 						return nil, err
 					}
 				}

@@ -171,7 +171,7 @@ func (r *Reconciler) settleOwned(ctx context.Context, svc types.NamespacedName, 
 // what the pass leaves on the instance.
 func (r *Reconciler) checkLost(ctx context.Context, svc *corev1.Service, lb *config.LoadBalancer, u upstreamRef,
 	inst backend.Instance, cur, want map[netip.AddrPort]plan.State) {
-	key := inst.ID() + "|" + u.String()
+	key := heldKey{inst.ID(), u}
 	r.mu.Lock()
 	had := r.held[key]
 	r.held[key] = len(want)

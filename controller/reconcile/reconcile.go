@@ -40,6 +40,19 @@ import (
 	"github.com/stickydrain/stickydrain/controller/tenancy"
 )
 
+// heldKey names one upstream on one instance (by its address).
+type heldKey struct {
+	instance string
+	upstream upstreamRef
+}
+
+// announcement is one Event about a server of an upstream, sent once.
+type announcement struct {
+	upstream upstreamRef
+	addr     netip.AddrPort
+	reason   string
+}
+
 // Reconciler reconciles Services.
 type Reconciler struct {
 	Client client.Client
@@ -66,9 +79,9 @@ type Reconciler struct {
 	liveness *liveness.Tracker
 	watcher  *liveness.Watcher
 	renew    chan event.GenericEvent
-	// held is how many servers each "instance|upstream" was left with by
+	// held is how many servers each instance's upstream was left with by
 	// the last pass, to tell a process that lost them all.
-	held map[string]int
+	held map[heldKey]int
 
 	mu          sync.Mutex
 	current     *config.Config
@@ -76,7 +89,7 @@ type Reconciler struct {
 	instances   map[string]backend.Instance                           // by address
 	terminating map[upstreamRef]map[netip.AddrPort]time.Time          // first seen terminating
 	pods        map[upstreamRef]map[netip.AddrPort]endpoints.Endpoint // its pod, while it is desired
-	announced   map[string]bool                                       // "upstream|addr|reason" events sent
+	announced   map[announcement]bool                                 // events sent
 	known       map[types.NamespacedName][]upstreamRef                // upstreams a Service had, to empty them when it goes
 }
 
@@ -91,11 +104,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	r.instances = map[string]backend.Instance{}
 	r.terminating = map[upstreamRef]map[netip.AddrPort]time.Time{}
-	r.announced = map[string]bool{}
+	r.announced = map[announcement]bool{}
 	r.pods = map[upstreamRef]map[netip.AddrPort]endpoints.Endpoint{}
 	r.known = map[types.NamespacedName][]upstreamRef{}
 	r.liveness = liveness.NewTracker()
-	r.held = map[string]int{}
+	r.held = map[heldKey]int{}
 	r.renew = make(chan event.GenericEvent, 1024)
 	r.watcher = &liveness.Watcher{
 		Tracker: r.liveness, Source: lifecycle{r}, Every: r.ProbeEvery,
@@ -476,13 +489,13 @@ func (r *Reconciler) announce(e endpoints.Endpoint, u upstreamRef, a netip.AddrP
 	if e.PodName == "" {
 		return
 	}
-	key := u.String() + "|" + a.String() + "|" + reason
+	key := announcement{u, a, reason}
 	r.mu.Lock()
 	done := r.announced[key]
 	r.announced[key] = true
 	if reason == api.ReasonRemoved {
 		// The address may come back with another pod: forget it.
-		delete(r.announced, u.String()+"|"+a.String()+"|"+api.ReasonDraining)
+		delete(r.announced, announcement{u, a, api.ReasonDraining})
 		delete(r.announced, key)
 	}
 	r.mu.Unlock()

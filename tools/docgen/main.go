@@ -64,13 +64,18 @@ func generate(root, out string) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
+	values, docs, order, err := apiConsts(root)
+	if err != nil {
+		return err
+	}
+	c := consts{values, docs, order}
 	pages := map[string]func(string) (string, error){
-		"annotations.md":   annotations,
+		"annotations.md":   func(string) (string, error) { return annotations(c) },
 		"flags.md":         flags,
 		"configuration.md": configuration,
 		"metrics.md":       func(string) (string, error) { return metrics() },
-		"exit-status.md":   exitStatus,
-		"events.md":        events,
+		"exit-status.md":   func(string) (string, error) { return exitStatus(c) },
+		"events.md":        func(string) (string, error) { return events(c) },
 	}
 	names := make([]string, 0, len(pages))
 	for n := range pages {
@@ -132,6 +137,13 @@ func constDocs(files ...string) (map[string]string, []string, error) {
 
 // apiConsts type-checks package api from its source and returns its
 // constants' values, doc comments and declaration order.
+// consts are package api's constants: values, doc comments, order.
+type consts struct {
+	values map[string]constant.Value
+	docs   map[string]string
+	order  []string
+}
+
 func apiConsts(root string) (map[string]constant.Value, map[string]string, []string, error) {
 	dir := filepath.Join(root, "api")
 	matches, err := filepath.Glob(filepath.Join(dir, "*.go"))
@@ -170,7 +182,7 @@ func apiConsts(root string) (map[string]constant.Value, map[string]string, []str
 	return values, docs, order, nil
 }
 
-func annotations(root string) (string, error) {
+func annotations(c consts) (string, error) {
 	var b strings.Builder
 	b.WriteString("# Annotations and labels\n\n")
 	fmt.Fprintf(&b, "## The opt-in label `%s`\n\n", api.OptInLabel)
@@ -203,10 +215,7 @@ func annotations(root string) (string, error) {
 	}
 
 	b.WriteString("\n## Injection and operation\n\n| annotation | meaning |\n|---|---|\n")
-	values, docs, order, err := apiConsts(root)
-	if err != nil {
-		return "", err
-	}
+	values, docs, order := c.values, c.docs, c.order
 	var service []string
 	for _, name := range order {
 		v := values[name]
@@ -229,11 +238,8 @@ func annotations(root string) (string, error) {
 }
 
 // events lists the reasons of the Events stickydrain records.
-func events(root string) (string, error) {
-	values, docs, order, err := apiConsts(root)
-	if err != nil {
-		return "", err
-	}
+func events(c consts) (string, error) {
+	values, docs, order := c.values, c.docs, c.order
 	var b strings.Builder
 	b.WriteString("# Events\n\nThe reasons of the Events the controller and the webhook record (`kubectl get events --field-selector reason=…`), from `api`.\n\n| reason | meaning |\n|---|---|\n")
 	for _, name := range order {
@@ -463,11 +469,8 @@ func metrics() (string, error) {
 	return b.String(), nil
 }
 
-func exitStatus(root string) (string, error) {
-	values, docs, order, err := apiConsts(root)
-	if err != nil {
-		return "", err
-	}
+func exitStatus(c consts) (string, error) {
+	values, docs, order := c.values, c.docs, c.order
 	var b strings.Builder
 	b.WriteString("# drainctl exit statuses\n\nA preStop hook that exits with anything but 0 shows as the kubelet's `FailedPreStopHook` Warning (its message is only `PreStopHook failed`: the kubelet keeps a hook's output out of Events); drainctl's summary line is in the container's log and in the kubelet's log.\n\n| status | constant | meaning |\n|---|---|---|\n")
 	for _, name := range order {

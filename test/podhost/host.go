@@ -103,7 +103,7 @@ type Host struct {
 	notify    chan struct{} // closed and replaced on each event
 	nextNode  int
 	nextNetns int
-	madeDirs  []string // mount points made on the host filesystem
+	mounts    *mountUser // this host's hold on the machine's mount points
 	watchdog  *exec.Cmd
 	stopOnce  sync.Once
 	stopErr   error
@@ -139,6 +139,9 @@ func Start(ctx context.Context, opts Options) (*Host, error) {
 			_ = h.Stop()
 		}
 	}()
+	if h.mounts, err = useMountPoints(); err != nil {
+		return nil, err
+	}
 	if h.dir, err = os.MkdirTemp("", "stickydrain-podhost-"+n.id+"-"); err != nil {
 		return nil, fmt.Errorf("creating run directory: %w", err)
 	}
@@ -312,7 +315,8 @@ func (h *Host) netnsName() string {
 }
 
 // ensureMountPoint creates target on the host filesystem when missing (a
-// bind mount needs one) and remembers what it made, to remove at Stop.
+// bind mount needs one) and records what it made machine-wide, for the last
+// host to stop to remove (mountpoints.go says why not at this host's Stop).
 func (h *Host) ensureMountPoint(target string, dir bool) error {
 	if _, err := os.Lstat(target); err == nil {
 		return nil
@@ -341,17 +345,12 @@ func (h *Host) ensureMountPoint(target string, dir bool) error {
 		}
 		f.Close()
 	}
-	h.madeDirs = append(h.madeDirs, top)
-	f, err := os.OpenFile(filepath.Join(h.state, "made"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err == nil {
-		fmt.Fprintln(f, top)
-		f.Close()
-	}
-	return nil
+	return h.mounts.record(top)
 }
 
 // Stop kills every pod's processes (without running hooks), removes their
-// namespaces, the bridge, the mount points it made and its directories.
+// namespaces, the bridge and its directories, and — if it is the last pod
+// host running on the machine — the mount points the hosts made.
 func (h *Host) Stop() error {
 	h.stopOnce.Do(func() {
 		if h.cancel != nil {
@@ -368,10 +367,8 @@ func (h *Host) Stop() error {
 		}
 		h.wg.Wait()
 		var errs []error
-		for _, d := range h.madeDirs {
-			if err := os.RemoveAll(d); err != nil {
-				errs = append(errs, err)
-			}
+		if _, err := h.mounts.release(); err != nil {
+			errs = append(errs, err)
 		}
 		if err := h.net.close(); err != nil {
 			errs = append(errs, fmt.Errorf("removing bridge: %w", err))
@@ -398,7 +395,7 @@ func (h *Host) Stop() error {
 const cleanupScript = `dir="$1"
 [ -f "$dir/netns" ] && for ns in $(cat "$dir/netns"); do ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL; ip netns delete "$ns" 2>/dev/null; done
 [ -f "$dir/bridge" ] && ip link delete "$(cat "$dir/bridge")" 2>/dev/null
-[ -f "$dir/made" ] && for d in $(cat "$dir/made"); do rm -rf "$d"; done
+` + cleanupMountsScript + `
 [ -f "$dir/dir" ] && rm -rf "$(cat "$dir/dir")"
 rm -rf "$dir"`
 

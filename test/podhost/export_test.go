@@ -1,0 +1,4 @@
+package podhost
+
+// MountsLock is the machine-wide lock every running host holds shared.
+const MountsLock = mountsLock

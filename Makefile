@@ -76,22 +76,14 @@ lint: ## gofmt check, go vet, staticcheck, actionlint on the workflows, helm lin
 
 .PHONY: test
 test: deps test-parts ## Unit, integration and end-to-end tests (-race) on a real local control plane, against HAProxy 2.6, 3.0 and 3.2, haproxy-ingress and Traefik, and on a real node (kubelet, containerd, runc).
-	@# The image builder and the chart's tests are modules of their own
-	@# (go-containerregistry; Helm's SDK), out of the main go.mod.
-	cd tools/images && $(GO) test -race -count=1 ./...
-	k8s="$$(test/tools/build.sh)" && containerd="$$(test/tools/containerd.sh)" && cd tools/helm && \
-	  STICKYDRAIN_K8S_BINS="$$k8s" STICKYDRAIN_CONTAINERD="$$containerd" STICKYDRAIN_IMAGES="$(abspath $(BIN))/test-images" \
-	  $(GO) test -race -count=1 -timeout 20m ./...
-	@# The Go benchmarks make bench runs, once each (none timed): a broken one
-	@# fails here, not in make bench.
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./webhook/inject ./webhook/admit ./controller/endpoints ./controller/plan ./drainctl/
 	@# Each part is asked for first: one that fails (an HAProxy version of
 	@# the matrix missing, say) fails the run, never leaves a test to fall
-	@# back on what the machine has. Packages one at a time (-p 1).
+	@# back on what the machine has. Two lanes at once (test/tools/test-lanes.sh):
+	@# test/e2e in one, every other package one at a time (-p 1) in the other.
 	k8s="$$(test/tools/build.sh)" && haproxy="$$(test/tools/haproxy.sh)" && peers="$$(test/peers/build.sh)" && \
 	  containerd="$$(test/tools/containerd.sh)" && \
 	  STICKYDRAIN_K8S_BINS="$$k8s" STICKYDRAIN_HAPROXY="$$haproxy" STICKYDRAIN_PEERS="$$peers" STICKYDRAIN_CONTAINERD="$$containerd" \
-	  STICKYDRAIN_IMAGES="$(abspath $(BIN))/test-images" $(GO) test -race -count=1 -p 1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	  STICKYDRAIN_IMAGES="$(abspath $(BIN))/test-images" test/tools/test-lanes.sh "$(GO)" $(TEST_TIMEOUT) $(PKGS)
 
 .PHONY: test-parts
 test-parts: deps ## Build what the tests run (control plane and kubelet, containerd, HAProxy versions, ingress controllers) at once: cold, their downloads and links overlap the others' compiles.

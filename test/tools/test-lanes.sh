@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Runs make test's Go tests in two lanes at once: the end-to-end package
+# (test/e2e: its scenarios spend most of their time waiting for drains,
+# 2 % of a core on average) in one, every other package — and the image
+# builder's, the chart's and the benchmarks' tests — one after another in
+# the other. Each lane is one process with its own control planes; the
+# machine-wide parts they share are locked (cluster.LockRealNode, the pod
+# hosts' subnets and mount points). test/e2e's output is kept in a file and
+# printed when both lanes end; the run fails if either lane did.
+#
+# Usage: test/tools/test-lanes.sh GO TIMEOUT PKGS...   (the environment
+# carries STICKYDRAIN_K8S_BINS and the others, as make test sets them)
+set -euo pipefail
+go_cmd=$1 timeout=$2
+shift 2
+cd "$(dirname "$0")/../.."
+
+e2e=github.com/stickydrain/stickydrain/test/e2e
+mapfile -t pkgs < <("$go_cmd" list "$@")
+others=()
+run_e2e=false
+for p in "${pkgs[@]}"; do
+	if [[ $p == "$e2e" ]]; then run_e2e=true; else others+=("$p"); fi
+done
+
+e2e_log=$(mktemp -t stickydrain-e2e.XXXXXX)
+e2e_pid=
+if $run_e2e; then
+	echo "test/e2e runs beside the other packages; its output ($e2e_log) follows when both end"
+	"$go_cmd" test -race -count=1 -timeout "$timeout" "$e2e" >"$e2e_log" 2>&1 &
+	e2e_pid=$!
+	trap '[[ -n $e2e_pid ]] && kill "$e2e_pid" 2>/dev/null' EXIT
+fi
+
+status=0
+# The image builder and the chart's tests are modules of their own
+# (go-containerregistry; Helm's SDK), out of the main go.mod.
+(cd tools/images && "$go_cmd" test -race -count=1 ./...) || status=1
+(cd tools/helm && "$go_cmd" test -race -count=1 -timeout 20m ./...) || status=1
+# The Go benchmarks make bench runs, once each (none timed): a broken one
+# fails here, not in make bench.
+"$go_cmd" test -run '^$' -bench . -benchtime 1x ./webhook/inject ./webhook/admit ./controller/endpoints ./controller/plan ./drainctl/ || status=1
+if ((${#others[@]})); then
+	"$go_cmd" test -race -count=1 -p 1 -timeout "$timeout" "${others[@]}" || status=1
+fi
+
+if [[ -n $e2e_pid ]]; then
+	e2e_status=0
+	wait "$e2e_pid" || e2e_status=$?
+	e2e_pid=
+	cat "$e2e_log"
+	if ((e2e_status != 0)); then
+		status=1
+	fi
+	rm -f "$e2e_log"
+fi
+exit "$status"

@@ -28,6 +28,17 @@ const (
 	LabelDryRun = "dry-run"
 )
 
+// The label the webhook sets on a dry-run pod, beside AnnotationDryRun. Its
+// dry-run reporter watches only pods carrying it: a label, so that the API
+// server filters and the webhook never receives the other pods' metadata.
+const (
+	// DryRunPodLabel marks a pod let through in dry run, with the value
+	// DryRunPodValue.
+	DryRunPodLabel = Prefix + "dry-run"
+	// DryRunPodValue is the value of DryRunPodLabel.
+	DryRunPodValue = "true"
+)
+
 // Drain parameters: annotations on the pod (its template), falling back to
 // the same annotation on its Namespace. Each is Prefix + the name of the
 // drainctl flag it sets (Params lists them with their defaults and forms).

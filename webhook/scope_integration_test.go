@@ -150,6 +150,13 @@ func TestWebhookScopeWarningsAndDryRun(t *testing.T) {
 		}
 	}
 
+	// The dry-run reporter watches only the pods the webhook labelled (the
+	// API server filters): a pod outside any opt-in carrying the
+	// annotation by hand is never read, so it gets no Event.
+	must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "quiet"}}))
+	must(t, k.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: "quiet",
+		Annotations: map[string]string{api.AnnotationDryRun: "forged by hand"}}, Spec: sessionDeployment("quiet", "x", nil).Spec.Template.Spec}))
+
 	// Dry run: the Deployment's pod is created unchanged, annotated, and
 	// gets an Event saying what the drain would have been.
 	must(t, k.Create(ctx, sessionDeployment("look", "web", map[string]string{api.AnnotationURL: "http://localhost:8080/sessions", api.AnnotationMaxWait: "20m"})))
@@ -184,6 +191,16 @@ func TestWebhookScopeWarningsAndDryRun(t *testing.T) {
 		}
 		return false
 	})
+	if looked.Labels[api.DryRunPodLabel] != api.DryRunPodValue {
+		t.Errorf("the dry-run pod lacks the label %s=%s: %v", api.DryRunPodLabel, api.DryRunPodValue, looked.Labels)
+	}
+	var quiet eventsv1.EventList
+	must(t, k.List(ctx, &quiet, client.InNamespace("quiet")))
+	for _, e := range quiet.Items {
+		if e.Reason == api.ReasonDryRun {
+			t.Errorf("an Event on a pod the webhook never let through in dry run: %s %s", e.Regarding.Name, e.Note)
+		}
+	}
 
 	metrics := scrape(t, c, metricsPort)
 	for _, m := range []string{

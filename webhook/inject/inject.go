@@ -215,6 +215,10 @@ func Inject(pod *corev1.Pod, ns Namespace, cfg Config) (Result, error) {
 	}
 	if mode == DryRun {
 		setAnnotation(pod, api.AnnotationDryRun, dryRunSummary(pod, target, plan, err))
+		if pod.Labels == nil {
+			pod.Labels = map[string]string{}
+		}
+		pod.Labels[api.DryRunPodLabel] = api.DryRunPodValue
 		var warnings []string
 		if err == nil {
 			warnings = plan.Warnings

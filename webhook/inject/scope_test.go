@@ -83,6 +83,14 @@ func TestDryRunInjectsNothingAndSaysWhat(t *testing.T) {
 	got := p.DeepCopy()
 	summary := got.Annotations[api.AnnotationDryRun]
 	delete(got.Annotations, api.AnnotationDryRun)
+	// The label the webhook's reporter watches by (the API server filters).
+	if got.Labels[api.DryRunPodLabel] != api.DryRunPodValue {
+		t.Errorf("a dry-run pod lacks the label %s=%s: %v", api.DryRunPodLabel, api.DryRunPodValue, got.Labels)
+	}
+	delete(got.Labels, api.DryRunPodLabel)
+	if len(got.Labels) != len(want.Labels) {
+		t.Errorf("a dry run changed the pod's labels: %v", got.Labels)
+	}
 	if got.Spec.TerminationGracePeriodSeconds != nil || len(got.Spec.InitContainers) > 0 || got.Spec.Containers[0].Lifecycle != nil ||
 		len(got.Spec.Volumes) > 0 || got.Annotations[api.AnnotationStatus] != "" || len(got.Annotations) != len(want.Annotations) {
 		t.Errorf("a dry run changed the pod: %+v", got)

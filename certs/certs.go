@@ -1,5 +1,5 @@
 // Package certs makes a self-signed CA and a serving certificate signed by
-// it, for local runs, tests and the demo. Clusters use cert-manager
+// it (and client certificates), for local runs, tests and the demo. Clusters use cert-manager
 // (manifests/) instead.
 package certs
 
@@ -126,6 +126,51 @@ func (b *Bundle) WriteDir(dir string) error {
 		}
 	}
 	return nil
+}
+
+// ClientCertificate signs a client certificate (ExtKeyUsageClientAuth)
+// named cn with the bundle's CA, valid for validity (default one year):
+// what the controller presents to a load balancer's admin API in the
+// tests and local runs (clusters use cert-manager).
+func (b *Bundle) ClientCertificate(cn string, validity time.Duration) (certPEM, keyPEM []byte, err error) {
+	if validity <= 0 {
+		validity = 365 * 24 * time.Hour
+	}
+	cb, _ := pem.Decode(b.CACert)
+	kb, _ := pem.Decode(b.CAKey)
+	if cb == nil || kb == nil {
+		return nil, nil, errors.New("certs: the bundle has no CA certificate and key")
+	}
+	ca, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parsing the CA certificate: %w", err)
+	}
+	caKey, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parsing the CA key: %w", err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generating client key: %w", err)
+	}
+	now := time.Now().Add(-time.Minute)
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    now,
+		NotAfter:     now.Add(validity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("signing client certificate: %w", err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
 }
 
 func serial() *big.Int {

@@ -28,8 +28,9 @@ type Driver interface {
 	// (loadBalancers[i]).
 	Validate(field string, lb config.LoadBalancer) []error
 	// InstanceAddress is the address of an instance found as an endpoint
-	// of the load balancer's instance Service.
-	InstanceAddress(ep netip.AddrPort) string
+	// of the load balancer's instance Service (its options may choose the
+	// scheme).
+	InstanceAddress(lb config.LoadBalancer, ep netip.AddrPort) string
 	// New returns the instance at addr, logging what it notices to log.
 	New(lb config.LoadBalancer, addr string, log logr.Logger) (Instance, error)
 	// LostStateHint tells an operator how to keep an upstream's servers

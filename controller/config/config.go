@@ -173,6 +173,17 @@ type NGINXPlusOptions struct {
 	APIVersion int `json:"apiVersion,omitempty"`
 	// CAFile verifies an https API against this CA bundle.
 	CAFile string `json:"caFile,omitempty"`
+	// CertFile and KeyFile are the client certificate the controller
+	// presents to an https API that asks for one (NGINX's
+	// `ssl_verify_client on` on the API's server block). They are read at
+	// each connection, so a renewed certificate is used at once. Both or
+	// neither.
+	CertFile string `json:"certFile,omitempty"`
+	KeyFile  string `json:"keyFile,omitempty"`
+	// ServerName is the name the API's certificate must carry; default:
+	// the instance address's host (a pod IP when instances come from a
+	// Service: name the Service's DNS name here).
+	ServerName string `json:"serverName,omitempty"`
 	// InsecureSkipVerify skips TLS verification.
 	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
 	// BasicAuthFile holds user:password.

@@ -41,6 +41,9 @@ func TestCheckTypeNamesTheField(t *testing.T) {
 		{"another type's options", `loadBalancers: [{name: a, type: nginx-plus, haproxy: {readyMap: /r.map}, instances: {static: ["http://h:1/api"]}}]`, `loadBalancers[0].haproxy: only for type haproxy`},
 		{"an haproxy address on nginx-plus", `loadBalancers: [{name: a, type: nginx-plus, instances: {static: ["tcp://h:1"]}}]`, `loadBalancers[0].instances.static[0]: "tcp://h:1": want http(s)://host:port/api`},
 		{"bad api version", `loadBalancers: [{name: a, type: nginx-plus, nginxPlus: {apiVersion: 3}, instances: {static: ["http://h:1/api"]}}]`, `loadBalancers[0].nginxPlus.apiVersion: 3 is not supported`},
+		{"a client certificate without its key", `loadBalancers: [{name: a, type: nginx-plus, nginxPlus: {certFile: /tls/tls.crt}, instances: {static: ["https://h:1/api"]}}]`, `loadBalancers[0].nginxPlus.certFile, keyFile: set both`},
+		{"a relative certificate path", `loadBalancers: [{name: a, type: nginx-plus, nginxPlus: {certFile: tls.crt, keyFile: /tls/tls.key}, instances: {static: ["https://h:1/api"]}}]`, `loadBalancers[0].nginxPlus.certFile: "tls.crt": want the absolute path`},
+		{"a client certificate over http", `loadBalancers: [{name: a, type: nginx-plus, nginxPlus: {certFile: /tls/tls.crt, keyFile: /tls/tls.key}, instances: {static: ["http://h:1/api"]}}]`, `loadBalancers[0].instances.static[0]: "http://h:1/api": nginxPlus's TLS settings need https://host:port/api addresses`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := config.Parse([]byte(tt.yaml), drivers.New())
@@ -117,7 +120,7 @@ func (f fake) Validate(field string, lb config.LoadBalancer) []error {
 	}
 	return errs
 }
-func (f fake) InstanceAddress(ep netip.AddrPort) string { return "toy://" + ep.String() }
+func (f fake) InstanceAddress(_ config.LoadBalancer, ep netip.AddrPort) string { return "toy://" + ep.String() }
 func (f fake) New(_ config.LoadBalancer, addr string, _ logr.Logger) (backend.Instance, error) {
 	return toy(addr), nil
 }

@@ -35,7 +35,7 @@ func (r *Reconciler) instancesOf(ctx context.Context, lb *config.LoadBalancer) (
 		}
 		addrs = nil
 		for a := range eps {
-			addrs = append(addrs, d.InstanceAddress(a))
+			addrs = append(addrs, d.InstanceAddress(*lb, a))
 		}
 		sort.Strings(addrs)
 	}

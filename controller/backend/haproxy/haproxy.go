@@ -25,13 +25,11 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"net/url"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -113,13 +111,9 @@ func (h *Instance) tlsConfig() (*tls.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client certificate: %w", err)
 	}
-	ca, err := os.ReadFile(f.CAFile)
+	roots, err := backend.CAPool(f.CAFile)
 	if err != nil {
 		return nil, fmt.Errorf("CA: %w", err)
-	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(ca) {
-		return nil, fmt.Errorf("CA: no certificate in %s", f.CAFile)
 	}
 	name := f.ServerName
 	if name == "" {

@@ -362,7 +362,7 @@ func testTheSample(t *testing.T, v haproxytest.Version) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clientCrt, clientKey := clientCert(t, ca.CACert, ca.CAKey)
+	clientCrt, clientKey := clientCert(t, ca)
 	files := map[string][]byte{"tls.pem": ca.Cert, "tls.pem.key": ca.Key, "ca.crt": ca.CACert, "client.crt": clientCrt, "client.key": clientKey}
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(tlsDir, name), b, 0o600); err != nil {

@@ -2,15 +2,8 @@ package haproxy
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"net/netip"
 	"os"
@@ -47,13 +40,13 @@ func TestTheRuntimeAPIOnTCPNeedsTheClientCertificate(t *testing.T) {
 			}
 			serverPEM := write("runtime.pem", ca.Cert, ca.Key)
 			caFile := write("ca.crt", ca.CACert)
-			cert, key := clientCert(t, ca.CACert, ca.CAKey)
+			cert, key := clientCert(t, ca)
 			certFile, keyFile := write("client.crt", cert), write("client.key", key)
 			other, err := certs.Generate(certs.Options{DNSNames: []string{"x"}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			otherCert, otherKey := clientCert(t, other.CACert, other.CAKey)
+			otherCert, otherKey := clientCert(t, other)
 			otherCertFile, otherKeyFile := write("other.crt", otherCert), write("other.key", otherKey)
 
 			ports, err := proc.FreePorts(1)
@@ -131,37 +124,11 @@ func strs(bs [][]byte) []string {
 }
 
 // clientCert signs a client certificate (ClientAuth) with the CA.
-func clientCert(t *testing.T, caPEM, caKeyPEM []byte) (certPEM, keyPEM []byte) {
+func clientCert(t *testing.T, ca *certs.Bundle) (certPEM, keyPEM []byte) {
 	t.Helper()
-	cb, _ := pem.Decode(caPEM)
-	kb, _ := pem.Decode(caKeyPEM)
-	caCert, err := x509.ParseCertificate(cb.Bytes)
+	c, k, err := ca.ClientCertificate("stickydrain-controller", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	caKey, err := x509.ParseECPrivateKey(kb.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: "stickydrain-controller"},
-		NotBefore:    time.Now().Add(-time.Minute),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+	return c, k
 }

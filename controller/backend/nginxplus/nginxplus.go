@@ -17,7 +17,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,18 +80,22 @@ func New(addr string, lb config.LoadBalancer) (*Instance, error) {
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
-	if o.CAFile != "" || o.InsecureSkipVerify {
-		tc := &tls.Config{InsecureSkipVerify: o.InsecureSkipVerify} //nolint:gosec // asked for in the configuration
+	if usesTLS(o) {
+		tc := &tls.Config{InsecureSkipVerify: o.InsecureSkipVerify, ServerName: o.ServerName, MinVersion: tls.VersionTLS12} //nolint:gosec // asked for in the configuration
 		if o.CAFile != "" {
-			pem, err := os.ReadFile(o.CAFile)
+			pool, err := backend.CAPool(o.CAFile)
 			if err != nil {
 				return nil, fmt.Errorf("nginx-plus %s: nginxPlus.caFile: %w", addr, err)
 			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("nginx-plus %s: nginxPlus.caFile %s holds no PEM certificate", addr, o.CAFile)
-			}
 			tc.RootCAs = pool
+		}
+		if o.CertFile != "" {
+			// Read at each handshake: a renewed certificate is used on
+			// the next connection.
+			tc.GetClientCertificate = backend.ClientCertificate(o.CertFile, o.KeyFile)
+			if _, err := tc.GetClientCertificate(nil); err != nil {
+				return nil, fmt.Errorf("nginx-plus %s: nginxPlus.certFile, keyFile: %w", addr, err)
+			}
 		}
 		tr.TLSClientConfig = tc
 	}

@@ -120,7 +120,9 @@ func (f fake) Validate(field string, lb config.LoadBalancer) []error {
 	}
 	return errs
 }
-func (f fake) InstanceAddress(_ config.LoadBalancer, ep netip.AddrPort) string { return "toy://" + ep.String() }
+func (f fake) InstanceAddress(_ config.LoadBalancer, ep netip.AddrPort) string {
+	return "toy://" + ep.String()
+}
 func (f fake) New(_ config.LoadBalancer, addr string, _ logr.Logger) (backend.Instance, error) {
 	return toy(addr), nil
 }

@@ -89,7 +89,9 @@ func CheckAddress(a string) error {
 
 // InstanceAddress is the Runtime API of an instance found behind a
 // Service: tcp://ip:port.
-func (Driver) InstanceAddress(_ config.LoadBalancer, ep netip.AddrPort) string { return "tcp://" + ep.String() }
+func (Driver) InstanceAddress(_ config.LoadBalancer, ep netip.AddrPort) string {
+	return "tcp://" + ep.String()
+}
 
 // New returns the instance at addr with lb's haproxy options.
 func (Driver) New(lb config.LoadBalancer, addr string, log logr.Logger) (backend.Instance, error) {

@@ -159,4 +159,3 @@ func clientCert(t *testing.T, ca *certs.Bundle, cn string) (certPEM, keyPEM []by
 	}
 	return c, k
 }
-

@@ -82,6 +82,8 @@ type Options struct {
 const (
 	// ServiceCIDR is the Services' range when Options.RealNode is set.
 	ServiceCIDR = "198.19.255.0/24"
+	// RealNodePodCIDR is the real node's pods' range (test/node).
+	RealNodePodCIDR = "198.19.200.0/24"
 	// APIServerIP is the first address of ServiceCIDR: the "kubernetes"
 	// Service's ClusterIP, held by the host on an interface of its own.
 	APIServerIP = "198.19.255.1"

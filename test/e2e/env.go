@@ -86,6 +86,7 @@ type Env struct {
 	// ingressKubeconfig is the ingress controller's ServiceAccount's.
 	ingressKubeconfig string
 	procs             []*proc.Proc
+	webhook           *Webhook // the webhook started on the host, if any
 	cleanup           []func()
 	// appImage and drainctlImage are the images pods name: podhost's
 	// names for its binaries, or the images built and imported on the
@@ -324,6 +325,21 @@ func (e *Env) Stop() {
 	_ = os.RemoveAll(e.Dir)
 }
 
+// StopStickydrain stops every controller replica (for good: no
+// supervisor restarts them) and the webhook, as deleting the install's
+// Deployments does; the load balancers and the pods run on.
+func (e *Env) StopStickydrain() {
+	if e.stopSupervising != nil {
+		e.stopSupervising()
+	}
+	for _, c := range e.controllers() {
+		c.Stop()
+	}
+	if e.webhook != nil {
+		e.webhook.Stop()
+	}
+}
+
 // Webhook is the webhook binary running with a certificate from certs/.
 type Webhook struct {
 	*proc.Proc
@@ -375,6 +391,7 @@ func (e *Env) startWebhook(ctx context.Context, bin string) error {
 		return err
 	}
 	e.procs = append(e.procs, w.Proc)
+	e.webhook = w
 	return InstallWebhookConfigurations(ctx, e.Cluster, fmt.Sprintf("https://127.0.0.1:%d", w.Port), w.CA)
 }
 

@@ -539,6 +539,29 @@ func (h *HAProxy) SoftStop(within time.Duration) {
 	_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL) // any worker left
 }
 
+// Rewrite changes the configuration file as an operator edits
+// haproxy.cfg: edit gets the text and returns the new one, which must
+// pass `haproxy -c`. The running process is not told: a reload (or a
+// restart) reads it.
+func (h *HAProxy) Rewrite(edit func(cfg string) (string, error)) error {
+	old, err := os.ReadFile(h.cfg)
+	if err != nil {
+		return err
+	}
+	cfg, err := edit(string(old))
+	if err != nil {
+		return err
+	}
+	tmp := h.cfg + ".new"
+	if err := os.WriteFile(tmp, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	if out, err := exec.Command(h.bin, "-c", "-f", tmp).CombinedOutput(); err != nil {
+		return fmt.Errorf("haproxy config check of the rewritten configuration: %w\n%s", err, out)
+	}
+	return os.Rename(tmp, h.cfg)
+}
+
 // Log is what the master and its workers printed.
 func (h *HAProxy) Log() string { return h.log.String() }
 

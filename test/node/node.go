@@ -39,8 +39,8 @@ const (
 	// Name is the Node's name.
 	Name = "stickydrain-node"
 	// PodCIDR is the pods' range: a /24 of 198.18.0.0/15 that test/podhost
-	// never hands out (it counts up from 198.18.1.0).
-	PodCIDR    = "198.19.200.0/24"
+	// never hands out.
+	PodCIDR    = cluster.RealNodePodCIDR
 	podGateway = "198.19.200.1"
 	bridge     = "sdnode0"
 	// runDirRoot holds the run directories; short, because containerd's

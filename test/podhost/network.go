@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/stickydrain/stickydrain/test/cluster"
 )
 
 // network is one host's bridge and its /24 of 198.18.0.0/15.
@@ -36,13 +38,13 @@ func newNetwork() (*network, error) {
 	}
 	base := netip.MustParseAddr("198.18.0.0").As4()
 	for _, i := range rand.Perm(512) {
-		if i == 0 {
-			continue // keep 198.18.0.0/24 for tests that fake pod IPs by hand
-		}
 		a := base
 		a[1] += byte(i / 256)
 		a[2] = byte(i % 256)
 		prefix := netip.PrefixFrom(netip.AddrFrom4(a), 24)
+		if Reserved(prefix) {
+			continue
+		}
 		f, err := os.OpenFile(filepath.Join(lockDir, fmt.Sprintf("%d.%d.%d.0.lock", a[0], a[1], a[2])), os.O_CREATE|os.O_RDWR, 0o644)
 		if err != nil {
 			return nil, fmt.Errorf("opening subnet lock: %w", err)
@@ -68,6 +70,25 @@ func newNetwork() (*network, error) {
 		return n, nil
 	}
 	return nil, fmt.Errorf("no free /24 in 198.18.0.0/15")
+}
+
+// reserved are the /24s of 198.18.0.0/15 no pod host hands out: one for
+// tests that fake pod IPs by hand, and the real node's pods and Services
+// (test/node, test/cluster), which may run on the machine at the same time.
+var reserved = []netip.Prefix{
+	netip.MustParsePrefix("198.18.0.0/24"),
+	netip.MustParsePrefix(cluster.RealNodePodCIDR),
+	netip.MustParsePrefix(cluster.ServiceCIDR),
+}
+
+// Reserved reports whether p overlaps a range no pod host hands out.
+func Reserved(p netip.Prefix) bool {
+	for _, r := range reserved {
+		if r.Overlaps(p) {
+			return true
+		}
+	}
+	return false
 }
 
 func (n *network) createBridge() error {

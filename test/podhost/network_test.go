@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
+
+	"github.com/stickydrain/stickydrain/test/cluster"
 )
 
 // Pods start and stop on their own goroutines: two of them taking an
@@ -41,5 +43,20 @@ func TestPodIPsAreTakenAndGivenBackSafelyFromManyPods(t *testing.T) {
 	wg.Wait()
 	if len(n.free) != 200 {
 		t.Errorf("%d addresses free after every pod gave its back, want 200", len(n.free))
+	}
+}
+
+// The real node's pods and Services run in 198.18.0.0/15 too, on the same
+// machine and, since make test runs two lanes at once, at the same time as
+// pod hosts: a pod host must never take their /24s (it once could, one
+// draw in 256 each: a bridge and routes fighting the node's).
+func TestNoPodHostTakesTheRealNodesRanges(t *testing.T) {
+	for _, p := range []string{"198.18.0.0/24", cluster.RealNodePodCIDR, cluster.ServiceCIDR} {
+		if !Reserved(netip.MustParsePrefix(p)) {
+			t.Errorf("%s is not reserved", p)
+		}
+	}
+	if Reserved(netip.MustParsePrefix("198.18.1.0/24")) || Reserved(netip.MustParsePrefix("198.19.199.0/24")) {
+		t.Error("an ordinary /24 is reserved")
 	}
 }

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Runs make test's Go tests in two lanes at once: the end-to-end package
-# (test/e2e: its scenarios spend most of their time waiting for drains,
-# 2 % of a core on average) in one, every other package — and the image
-# builder's, the chart's and the benchmarks' tests — one after another in
-# the other. Each lane is one process with its own control planes; the
-# machine-wide parts they share are locked (cluster.LockRealNode, the pod
-# hosts' subnets and mount points). test/e2e's output is kept in a file and
-# printed when both lanes end; the run fails if either lane did.
+# Runs make test's Go tests in two lanes at once: most of the end-to-end
+# package (test/e2e: its scenarios spend most of their time waiting for
+# drains) in one; every other package — and the image builder's, the
+# chart's and the benchmarks' tests — one after another in the other,
+# followed by the end-to-end scenarios named in E2E_SECOND_LANE, so that
+# the lanes end at about the same time. Each lane is one process at a time
+# with its own control planes; the machine-wide parts they share are locked
+# (cluster.LockRealNode, the pod hosts' subnets and mount points). The
+# first lane's output is kept in a file and printed when both lanes end;
+# the run fails if either lane did.
 #
 # Usage: test/tools/test-lanes.sh GO TIMEOUT PKGS...   (the environment
 # carries STICKYDRAIN_K8S_BINS and the others, as make test sets them)
@@ -23,11 +25,15 @@ for p in "${pkgs[@]}"; do
 	if [[ $p == "$e2e" ]]; then run_e2e=true; else others+=("$p"); fi
 done
 
+# The ingress scenarios (about 6 minutes together) balance the lanes.
+second=${E2E_SECOND_LANE-'^(TestIngressKeepsEverySession|TestIngressFindings)$'}
 e2e_log=$(mktemp -t stickydrain-e2e.XXXXXX)
 e2e_pid=
 if $run_e2e; then
 	echo "test/e2e runs beside the other packages; its output ($e2e_log) follows when both end"
-	"$go_cmd" test -race -count=1 -timeout "$timeout" "$e2e" >"$e2e_log" 2>&1 &
+	skip=()
+	if [[ -n $second ]]; then skip=(-skip "$second"); fi
+	"$go_cmd" test -race -count=1 -timeout "$timeout" "${skip[@]}" "$e2e" >"$e2e_log" 2>&1 &
 	e2e_pid=$!
 	trap '[[ -n $e2e_pid ]] && kill "$e2e_pid" 2>/dev/null' EXIT
 fi
@@ -42,6 +48,9 @@ status=0
 "$go_cmd" test -run '^$' -bench . -benchtime 1x ./webhook/inject ./webhook/admit ./controller/endpoints ./controller/plan ./drainctl/ || status=1
 if ((${#others[@]})); then
 	"$go_cmd" test -race -count=1 -p 1 -timeout "$timeout" "${others[@]}" || status=1
+fi
+if $run_e2e && [[ -n $second ]]; then
+	"$go_cmd" test -race -count=1 -timeout "$timeout" -run "$second" "$e2e" || status=1
 fi
 
 if [[ -n $e2e_pid ]]; then

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -97,8 +98,14 @@ func (p Param) Annotation() string {
 // Params lists the parameters of `drainctl wait`, the annotated ones
 // first, in the order the reference documents them. drainctl's flag set
 // is bound from it (api/params), and a test checks that each default here
-// is the flag's.
-func Params() []Param {
+// is the flag's. The slice is the caller's.
+func Params() []Param { return slices.Clone(table) }
+
+// table is the parameter table, built once: the webhook reads it for
+// every pod it admits.
+var table = buildTable()
+
+func buildTable() []Param {
 	d := func(x time.Duration) string { return x.String() }
 	return []Param{
 		{ParamURL, true, "", "session-count `URL`, normally http://localhost:PORT/... (the pod itself); empty: a timed drain of --max-wait"},
@@ -125,14 +132,14 @@ func Params() []Param {
 		{ParamPodinfo, false, "", "downward-API annotations `file`: " + AnnotationRelease + " ends the drain, a shorter " + AnnotationMaxWait + " shortens it"},
 		{ParamPreSleep, false, d(0), "sleep this `duration` before the drain: the pod's own preStop sleep, kept by the webhook"},
 		{ParamPreHTTPGet, false, "", "GET this `URL` before the drain (at most " + PreHTTPGetTimeout.String() + ", TLS not verified, as the kubelet calls it): the pod's own preStop httpGet, kept by the webhook"},
-		{ParamPreHTTPHeader, false, "[]", "`'Name: value'` header of the --pre-http-get request; repeat it for more"},
+		{ParamPreHTTPHeader, false, "", "`'Name: value'` header of the --pre-http-get request; repeat it for more"},
 		{ParamLogFile, false, "", "log to this `file` (default: the stdout of the container's main process — PID 1, or with shareProcessNamespace the oldest process of drainctl's own cgroup — when writable, else stderr)"},
 	}
 }
 
 // Lookup is the parameter named name.
 func Lookup(name string) (Param, bool) {
-	for _, p := range Params() {
+	for _, p := range table {
 		if p.Name == name {
 			return p, true
 		}
@@ -140,13 +147,9 @@ func Lookup(name string) (Param, bool) {
 	return Param{}, false
 }
 
-// AnnotatedParams are the parameters users set by annotation.
-func AnnotatedParams() []Param {
-	var out []Param
-	for _, p := range Params() {
-		if p.Annotated {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+// AnnotatedParams are the parameters users set by annotation. The slice
+// is the caller's.
+func AnnotatedParams() []Param { return slices.Clone(annotated) }
+
+// annotated is table's annotated part, built once.
+var annotated = slices.DeleteFunc(slices.Clone(table), func(p Param) bool { return !p.Annotated })

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -79,14 +80,15 @@ func NewWait() *Wait {
 	}
 }
 
-// usages are the flags' help texts, from api.Params.
-func usages() map[string]string {
+// usages are the flags' help texts, from api.Params, built once: the
+// webhook binds a flag set for every pod it admits.
+var usages = sync.OnceValue(func() map[string]string {
 	u := map[string]string{}
 	for _, p := range api.Params() {
 		u[p.Name] = p.Usage
 	}
 	return u
-}
+})
 
 // BindSource registers the source flags on fs.
 func (s *Source) BindSource(fs *pflag.FlagSet) { s.bindSource(fs, usages()) }
@@ -122,7 +124,7 @@ func (w *Wait) Bind(fs *pflag.FlagSet) {
 	fs.Var(choice{&w.LogFormat, []string{api.LogText, api.LogJSON}}, api.ParamLogFormat, u[api.ParamLogFormat])
 	fs.Var(durationValue{&w.PreSleep, 0}, api.ParamPreSleep, u[api.ParamPreSleep])
 	fs.StringVar(&w.PreHTTPGet, api.ParamPreHTTPGet, w.PreHTTPGet, u[api.ParamPreHTTPGet])
-	fs.StringArrayVar(&w.PreHTTPHeaders, api.ParamPreHTTPHeader, w.PreHTTPHeaders, u[api.ParamPreHTTPHeader])
+	fs.Var(repeated{&w.PreHTTPHeaders}, api.ParamPreHTTPHeader, u[api.ParamPreHTTPHeader])
 	fs.StringVar(&w.LogFile, api.ParamLogFile, w.LogFile, u[api.ParamLogFile])
 }
 
@@ -225,6 +227,32 @@ func Args(fs *pflag.FlagSet) []string {
 // max-wait itself. The grace period must cover it plus min-wait (a drain
 // that hits max-wait during the final min-wait check) and a margin.
 func (w *Wait) EffectiveMaxWait() time.Duration { return w.MaxWait }
+
+// repeated is a flag given once per value (--pre-http-header), as
+// pflag's StringArray: each Set appends, and Args gives one argument per
+// value. Its own type, because pflag's computes its default's text with a
+// CSV writer and its 4 KiB buffer — for every pod the webhook admits.
+type repeated struct{ p *[]string }
+
+// String is empty with no value (so help shows no default), else the
+// values in brackets.
+func (r repeated) String() string {
+	if r.p == nil || len(*r.p) == 0 {
+		return ""
+	}
+	return "[" + strings.Join(*r.p, ",") + "]"
+}
+
+func (r repeated) Type() string { return "stringArray" }
+
+func (r repeated) Set(v string) error { *r.p = append(*r.p, v); return nil }
+
+// Append, Replace and GetSlice make it a pflag.SliceValue.
+func (r repeated) Append(v string) error { return r.Set(v) }
+
+func (r repeated) Replace(vs []string) error { *r.p = append([]string(nil), vs...); return nil }
+
+func (r repeated) GetSlice() []string { return append([]string(nil), *r.p...) }
 
 type choice struct {
 	p       *string

@@ -166,6 +166,8 @@ func TestSoak(t *testing.T) {
 			t.Errorf("injecting %s: %v", f.name, err)
 		default:
 			injected = append(injected, record{f.name, at})
+			// The times, to set beside a drain record's if one fails.
+			t.Logf("%s %s", at.Format("15:04:05.000"), f.name)
 		}
 		if time.Now().After(nextRollout) && env.RolloutDone(ctx, fmt.Sprintf("v%d", version), 3) {
 			version++
@@ -173,6 +175,7 @@ func TestSoak(t *testing.T) {
 			if err := env.Rollout(ctx, fmt.Sprintf("v%d", version)); err != nil {
 				t.Fatal(err)
 			}
+			t.Logf("%s rollout to v%d", time.Now().Format("15:04:05.000"), version)
 			nextRollout = time.Now().Add(30 * time.Second)
 		}
 	}

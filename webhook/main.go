@@ -10,15 +10,12 @@ import (
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/internal/bootstrap"
 	"github.com/stickydrain/stickydrain/internal/cmdline"
 	"github.com/stickydrain/stickydrain/internal/kubeflags"
@@ -87,12 +84,8 @@ func Run(ctx context.Context, o Options) error {
 		LeaderElect: o.leaderElect, LeaderElectionNamespace: o.leaderNS,
 		Tune: func(mo *ctrl.Options) {
 			mo.WebhookServer = webhook.NewServer(webhook.Options{Port: o.port, CertDir: o.certDir, TLSOpts: o.serving.TLSOpts()})
-			// The dry-run reporter's pods, and only those: the API server
-			// filters by the label the webhook sets, so the webhook never
-			// receives the metadata of the cluster's other pods.
-			mo.Cache.ByObject = map[client.Object]cache.ByObject{
-				&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{api.DryRunPodLabel: api.DryRunPodValue})},
-			}
+			// The dry-run reporter's pods, and only those.
+			mo.Cache.ByObject = dryrun.CacheByObject()
 		},
 	})
 	if err != nil {

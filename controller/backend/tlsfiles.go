@@ -26,14 +26,19 @@ func CAPool(path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
+// LoadClientCertificate reads the key pair from certFile and keyFile.
+func LoadClientCertificate(certFile, keyFile string) (*tls.Certificate, error) {
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("client certificate: %w", err)
+	}
+	return &pair, nil
+}
+
 // ClientCertificate returns a tls.Config.GetClientCertificate that reads
 // the key pair from certFile and keyFile at each handshake.
 func ClientCertificate(certFile, keyFile string) func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 	return func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("client certificate: %w", err)
-		}
-		return &pair, nil
+		return LoadClientCertificate(certFile, keyFile)
 	}
 }

@@ -12,9 +12,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
@@ -29,6 +31,15 @@ type Reporter struct {
 
 	mu   sync.Mutex
 	done map[types.NamespacedName]types.UID // reported, until the pod goes
+}
+
+// CacheByObject is the manager's cache setting for pods: only those the
+// webhook labelled in dry run (api.DryRunPodLabel), so that the API server
+// filters and the webhook never receives the other pods' metadata.
+func CacheByObject() map[client.Object]cache.ByObject {
+	return map[client.Object]cache.ByObject{
+		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{api.DryRunPodLabel: api.DryRunPodValue})},
+	}
 }
 
 // SetupWithManager watches the metadata of pods carrying the dry-run

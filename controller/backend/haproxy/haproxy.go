@@ -107,9 +107,9 @@ func WithTLS(f TLSFiles) Option { return func(h *Instance) { h.tls = &f } }
 
 func (h *Instance) tlsConfig() (*tls.Config, error) {
 	f := h.tls
-	pair, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+	pair, err := backend.LoadClientCertificate(f.CertFile, f.KeyFile)
 	if err != nil {
-		return nil, fmt.Errorf("client certificate: %w", err)
+		return nil, err
 	}
 	roots, err := backend.CAPool(f.CAFile)
 	if err != nil {
@@ -119,7 +119,7 @@ func (h *Instance) tlsConfig() (*tls.Config, error) {
 	if name == "" {
 		name, _, _ = net.SplitHostPort(h.address)
 	}
-	return &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots, ServerName: name, MinVersion: tls.VersionTLS12}, nil
+	return &tls.Config{Certificates: []tls.Certificate{*pair}, RootCAs: roots, ServerName: name, MinVersion: tls.VersionTLS12}, nil
 }
 
 // New returns the instance at addr: unix:///path or tcp://host:port.

@@ -93,7 +93,7 @@ func New(addr string, lb config.LoadBalancer) (*Instance, error) {
 			// Read at each handshake: a renewed certificate is used on
 			// the next connection.
 			tc.GetClientCertificate = backend.ClientCertificate(o.CertFile, o.KeyFile)
-			if _, err := tc.GetClientCertificate(nil); err != nil {
+			if _, err := backend.LoadClientCertificate(o.CertFile, o.KeyFile); err != nil {
 				return nil, fmt.Errorf("nginx-plus %s: nginxPlus.certFile, keyFile: %w", addr, err)
 			}
 		}

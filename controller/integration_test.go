@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/plan"
@@ -337,11 +338,14 @@ resync: 2s
 		}
 		seen := map[string]bool{}
 		for _, e := range evs.Items {
-			if e.Regarding.Name == victim.Name {
+			// The note says how far it reached, in the sentence the
+			// kubectl plugin reads back: both instances of edge/shop.
+			n, ok := api.ParseServerNote(e.Reason, e.Note)
+			if e.Regarding.Name == victim.Name && ok && n.Upstream == "edge/shop" && n.Answered == 2 && n.Instances == 2 {
 				seen[e.Reason] = true
 			}
 		}
-		return seen["Draining"] && seen["Removed"]
+		return seen[api.ReasonDraining] && seen[api.ReasonRemoved]
 	})
 	must(t, k.Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "intruder", Namespace: "shop", Annotations: map[string]string{"stickydrain.io/upstreams": "edge/shop"}},

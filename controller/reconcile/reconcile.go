@@ -89,7 +89,7 @@ type Reconciler struct {
 	instances   map[string]backend.Instance                           // by address
 	terminating map[upstreamRef]map[netip.AddrPort]time.Time          // first seen terminating
 	pods        map[upstreamRef]map[netip.AddrPort]endpoints.Endpoint // its pod, while it is desired
-	announced   map[announcement]bool                                 // events sent
+	announced   map[announcement]int                                  // events sent: the most instances each said
 	known       map[types.NamespacedName][]upstreamRef                // upstreams a Service had, to empty them when it goes
 }
 
@@ -104,7 +104,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	r.instances = map[string]backend.Instance{}
 	r.terminating = map[upstreamRef]map[netip.AddrPort]time.Time{}
-	r.announced = map[announcement]bool{}
+	r.announced = map[announcement]int{}
 	r.pods = map[upstreamRef]map[netip.AddrPort]endpoints.Endpoint{}
 	r.known = map[types.NamespacedName][]upstreamRef{}
 	r.liveness = liveness.NewTracker()
@@ -446,7 +446,7 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 	if answered > 0 {
 		for a, e := range desired {
 			if e.State == plan.Draining {
-				r.announce(e, u, a, api.ReasonDraining, fmt.Sprintf("server %s draining on %s (%d of %d instances): bound sessions stay, new ones go elsewhere", a, u, answered, len(results)))
+				r.announce(e, u, a, api.ServerNote{Reason: api.ReasonDraining, Server: a.String(), Upstream: u.String(), Answered: answered, Instances: len(results)})
 			}
 		}
 	}
@@ -475,7 +475,7 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 		}
 		r.mu.Unlock()
 		for _, g := range gone {
-			r.announce(g.pod, u, g.addr, api.ReasonRemoved, fmt.Sprintf("server %s removed from %s (%d of %d instances): the pod is gone", g.addr, u, answered, len(results)))
+			r.announce(g.pod, u, g.addr, api.ServerNote{Reason: api.ReasonRemoved, Server: g.addr.String(), Upstream: u.String(), Answered: answered, Instances: len(results)})
 		}
 	}
 	out := make([]instanceOutcome, len(results))
@@ -485,23 +485,29 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 	return out, allOK
 }
 
-func (r *Reconciler) announce(e endpoints.Endpoint, u upstreamRef, a netip.AddrPort, reason, msg string) {
+// announce records an Event on the endpoint's pod: once per server,
+// upstream and reason, and again when more of the upstream's instances
+// have applied it than the last one said (an instance that was down
+// caught up), so that the latest Event tells how far the drain reached.
+func (r *Reconciler) announce(e endpoints.Endpoint, u upstreamRef, a netip.AddrPort, note api.ServerNote) {
 	if e.PodName == "" {
 		return
 	}
-	key := announcement{u, a, reason}
+	key := announcement{u, a, note.Reason}
 	r.mu.Lock()
-	done := r.announced[key]
-	r.announced[key] = true
-	if reason == api.ReasonRemoved {
+	told := r.announced[key]
+	if note.Answered > told {
+		r.announced[key] = note.Answered
+	}
+	if note.Reason == api.ReasonRemoved {
 		// The address may come back with another pod: forget it.
 		delete(r.announced, announcement{u, a, api.ReasonDraining})
 		delete(r.announced, key)
 	}
 	r.mu.Unlock()
-	if done {
+	if note.Answered <= told {
 		return
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: e.PodNamespace, Name: e.PodName}}
-	r.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, reason, "LoadBalance", "%s", msg)
+	r.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, note.Reason, "LoadBalance", "%s", note.String())
 }

@@ -8,6 +8,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http/httptest"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -73,6 +75,9 @@ type Env struct {
 	built    map[string]string
 	faultsMu sync.Mutex
 	kills    []killWindow // when a process in users' paths was killed, until the front knew
+	// leaderless are the spans from a leader's kill until a replica
+	// acquired the Lease, guarded by faultsMu.
+	leaderless []killWindow
 	lbMu     sync.Mutex   // guards HAProxy, which scaling changes while others read it
 	bins     *testbin.Builder
 	flavour  haproxytest.Flavour // the HAProxy instances' version and mode
@@ -323,6 +328,40 @@ func (e *Env) Stop() {
 		e.cleanup[i]()
 	}
 	_ = os.RemoveAll(e.Dir)
+}
+
+// KeepLogsIfFailed copies every log of the environment (controllers,
+// webhook, HAProxy instances) to a directory that outlives it when t has
+// failed, and says where: what a rare failure is read from afterwards.
+func (e *Env) KeepLogsIfFailed(t testing.TB) {
+	if !t.Failed() {
+		return
+	}
+	dst, err := os.MkdirTemp("", "stickydrain-failed-"+strings.ReplaceAll(t.Name(), "/", "-")+"-")
+	if err != nil {
+		t.Logf("keeping the logs: %v", err)
+		return
+	}
+	n := 0
+	err = filepath.WalkDir(e.Dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".log") {
+			return nil //nolint:nilerr // a log that vanished is not kept
+		}
+		rel, _ := filepath.Rel(e.Dir, path)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil //nolint:nilerr // idem
+		}
+		if err := os.MkdirAll(filepath.Join(dst, filepath.Dir(rel)), 0o755); err != nil {
+			return err
+		}
+		n++
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Logf("keeping the logs: %v", err)
+	}
+	t.Logf("%d logs kept in %s", n, dst)
 }
 
 // StopStickydrain stops every controller replica (for good: no

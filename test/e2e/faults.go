@@ -240,8 +240,43 @@ func (e *Env) KillLeader(ctx context.Context) error {
 	if i < 0 {
 		return fmt.Errorf("no controller leads")
 	}
+	e.faultsMu.Lock()
+	e.leaderless = append(e.leaderless, killWindow{from: time.Now()})
+	n := len(e.leaderless) - 1
+	e.faultsMu.Unlock()
 	e.controllers()[i].Kill()
+	go func() {
+		for ctx.Err() == nil && e.Leader() < 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		e.faultsMu.Lock()
+		e.leaderless[n].to = time.Now()
+		e.faultsMu.Unlock()
+	}()
 	return nil
+}
+
+// leaderTakeover is how long a replica that has just acquired the Lease
+// takes to drain what changed meanwhile: its caches sync, then one
+// reconcile per Service.
+const leaderTakeover = 3 * time.Second
+
+// leaderlessThroughout reports whether no controller replica led (or the
+// one that had just taken over was still catching up) from from to to:
+// nothing could drain a pod whose whole terminating life fell in it.
+func (e *Env) leaderlessThroughout(from, to time.Time) bool {
+	e.faultsMu.Lock()
+	defer e.faultsMu.Unlock()
+	for _, w := range e.leaderless {
+		end := w.to
+		if end.IsZero() {
+			end = time.Now()
+		}
+		if !from.Before(w.from) && !to.After(end.Add(leaderTakeover)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *Env) controllers() []*Controller {

@@ -164,9 +164,33 @@ func (e *Env) Pods(ctx context.Context) []PodView {
 	return out
 }
 
+// describePod is one pod's state as the API server and every HAProxy
+// instance (by front address, with the front's view of its readiness)
+// have it now: what a misroute is set beside.
+func (e *Env) describePod(ctx context.Context, name string) string {
+	for _, v := range e.Pods(ctx) {
+		if v.Name != name {
+			continue
+		}
+		var lbs []string
+		for i, st := range v.LB {
+			if i < len(e.haproxies()) {
+				lbs = append(lbs, fmt.Sprintf("%s=%s (in rotation %v)", frontAddr(e.haproxies()[i].Port), st, e.InstanceReady(i)))
+			}
+		}
+		return fmt.Sprintf("%s (%s) now: ready %v, terminating %v, sessions %d, servers %s", name, v.IP, v.Ready, v.Terminating, v.Sessions, strings.Join(lbs, ", "))
+	}
+	return name + " now: gone from the API server"
+}
+
 // Stats are what the clients saw.
 type Stats struct {
 	Requests, Errors, Misrouted int
+	// MisroutedAfterLoss counts, of Misrouted, the requests of a session
+	// already lost: once a request was sent elsewhere the proxy's answer
+	// re-points the cookie, so every later one follows. A session is lost
+	// at its first misroute, which alone is timed (MisrouteTimes).
+	MisroutedAfterLoss int
 	Sessions, SessionsKept      int // sessions ended, and those ended with every request on their pod
 	StartedAfterRollout         int
 	OnNewVersion                int // of those, sessions on the new version
@@ -272,7 +296,8 @@ func (c *Clients) note(f func(*Stats)) {
 	c.mu.Unlock()
 }
 
-// MisrouteTimes are when each misrouted request was seen.
+// MisrouteTimes are when each session was lost to a misrouted request (its
+// first; MisroutedAfterLoss counts the rest).
 func (c *Clients) MisrouteTimes() []time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -284,6 +309,22 @@ func (c *Clients) misroute(format string, args ...any) {
 	c.misAt = append(c.misAt, time.Now())
 	c.mu.Unlock()
 	c.problem(format, args...)
+}
+
+// lost counts a misrouted request of a session; the first of the session
+// (*kept still true) is the moment it was lost, timed and reported.
+func (c *Clients) lost(kept *bool, format string, args ...any) {
+	first := *kept
+	*kept = false
+	c.note(func(s *Stats) {
+		s.Misrouted++
+		if !first {
+			s.MisroutedAfterLoss++
+		}
+	})
+	if first {
+		c.misroute(format, args...)
+	}
 }
 
 // ProblemTimes are when each misroute or error was seen.
@@ -363,7 +404,7 @@ func (c *Clients) user(ctx context.Context, id int) {
 			case <-time.After(time.Duration(200+rng.IntN(300)) * time.Millisecond):
 			}
 			sent := time.Now()
-			code, r, _, err := call(hc, "GET", base+"/app/cart")
+			code, r, via, err := call(hc, "GET", base+"/app/cart")
 			if err == nil && code == 200 && r.Pod == owner {
 				lastReply = time.Now()
 			}
@@ -376,9 +417,13 @@ func (c *Clients) user(ctx context.Context, id int) {
 				c.note(func(s *Stats) { s.Errors++ })
 				c.problem("user %d: request via %s: %v status %d", id, base, err, code)
 			case code == 401 || r.Pod != owner:
-				kept = false
-				c.note(func(s *Stats) { s.Misrouted++ })
-				c.misroute("user %d: session of %s answered by %s (status %d)", id, owner, r.Pod, code)
+				// The first misroute of a session says where it went and
+				// what the owner looked like everywhere at that moment.
+				where := ""
+				if kept {
+					where = fmt.Sprintf(" via %s; %s", c.env.served(via), c.env.describePod(ctx, owner))
+				}
+				c.lost(&kept, "user %d: session of %s answered by %s (status %d)%s", id, owner, r.Pod, code, where)
 			}
 		}
 		// Two in three log out; the others walk away and let it idle out.
@@ -393,9 +438,7 @@ func (c *Clients) user(ctx context.Context, id int) {
 				// The logout never reached the pod: the session idles out.
 				c.note(func(s *Stats) { s.InFlightAtKill++ })
 			case err != nil || code != 200 || r.Pod != owner:
-				kept = false
-				c.note(func(s *Stats) { s.Misrouted++ })
-				c.misroute("user %d: logout of %s answered by %s (status %d, %v)", id, owner, r.Pod, code, err)
+				c.lost(&kept, "user %d: logout of %s answered by %s (status %d, %v)", id, owner, r.Pod, code, err)
 			}
 			lastLogoutDraining = !inFlight && c.obs.DrainedBefore(owner, loggedOut, c.env.served(via))
 			if err == nil && code == 200 && r.Pod == owner {

@@ -85,6 +85,7 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer env.Stop()
+	defer env.KeepLogsIfFailed(t)
 	clients, obs := startRollout(t, ctx, env)
 	version := 2
 
@@ -206,8 +207,8 @@ func TestSoak(t *testing.T) {
 	}
 	sort.Strings(rows)
 	s := clients.Stats()
-	t.Logf("soak: %v, %d rollouts, %d faults\n%s\nusers: %d requests, %d sessions, %d kept, %d misrouted, %d errors, %d in flight at a kill; %d connections while no HAProxy instance was ready",
-		duration, version-1, len(injected), strings.Join(rows, "\n"), s.Requests, s.Sessions, s.SessionsKept, s.Misrouted, s.Errors, s.InFlightAtKill, env.Front.FailOpens())
+	t.Logf("soak: %v, %d rollouts, %d faults\n%s\nusers: %d requests, %d sessions, %d kept, %d misrouted (%d of them after their session was lost), %d errors, %d in flight at a kill; %d connections while no HAProxy instance was ready",
+		duration, version-1, len(injected), strings.Join(rows, "\n"), s.Requests, s.Sessions, s.SessionsKept, s.Misrouted, s.MisroutedAfterLoss, s.Errors, s.InFlightAtKill, env.Front.FailOpens())
 	// A partitioned instance routes with what it had until its marker
 	// ages out (2 s, then the front's next check).
 	var fencing []window

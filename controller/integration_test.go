@@ -331,17 +331,28 @@ resync: 2s
 
 	// Events on the pod, and a Warning on a second Service mapped onto the
 	// same upstream.
+	var notes []string
+	defer func() {
+		if t.Failed() {
+			t.Logf("the victim's Events: %q", notes)
+		}
+	}()
 	eventually(t, ctx, "Draining and Removed events on the pod", func() bool {
 		var evs eventsv1.EventList
 		if err := k.List(ctx, &evs, client.InNamespace("shop")); err != nil {
 			return false
 		}
 		seen := map[string]bool{}
+		notes = notes[:0]
 		for _, e := range evs.Items {
+			if e.Regarding.Name == victim.Name {
+				notes = append(notes, e.Reason+": "+e.Note)
+			}
 			// The note says how far it reached, in the sentence the
-			// kubectl plugin reads back: both instances of edge/shop.
+			// kubectl plugin reads back: the two instances of edge/shop
+			// that answer, of its three.
 			n, ok := api.ParseServerNote(e.Reason, e.Note)
-			if e.Regarding.Name == victim.Name && ok && n.Upstream == "edge/shop" && n.Answered == 2 && n.Instances == 2 {
+			if e.Regarding.Name == victim.Name && ok && n.Upstream == "edge/shop" && n.Answered == 2 && n.Instances == 3 {
 				seen[e.Reason] = true
 			}
 		}

@@ -35,6 +35,7 @@ build: ## Build every command that exists into ./bin (static, stripped).
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(SD_LDFLAGS)' -o $(BIN)/webhook ./webhook
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/stickydrain-certs ./certs/cmd/stickydrain-certs
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(SD_LDFLAGS)' -o $(BIN)/controller ./controller
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X main.Version=$(VERSION)' -o $(BIN)/kubectl-stickydrain ./plugin/cmd/kubectl-stickydrain
 
 .PHONY: images
 images: ## Build the stickydrain and drainctl images without a container engine into bin/images: multi-platform OCI layouts, a tarball per platform for `ctr images import`, images.txt with every digest (PLATFORMS=linux/amd64,linux/arm64, IMAGES=…, REPO=ghcr.io/stickydrain).

@@ -216,6 +216,24 @@ const (
 	ExitUsage       = 2 // bad command line or credentials file
 	ExitMaxWait     = 3 // --max-wait passed; also the normal end of a timed drain (no --url)
 	ExitUnreachable = 4 // --unreachable-limit polls in a row failed (count: the one poll failed)
-	ExitReleased    = 5 // an operator set the stickydrain.io/release annotation
+	ExitReleased    = 5 // an operator released it: the stickydrain.io/release annotation, or drainctl release
 	ExitInterrupted = 6 // SIGTERM or SIGINT
+)
+
+// ControlSocket is the address `drainctl wait` listens on for an operator's
+// release or shorter max-wait while the pod terminates, when the kubelet
+// no longer refreshes the pod's downward-API annotations: a Linux abstract
+// unix socket (no file, nothing to mount), in the pod's network namespace,
+// so only the pod's own processes reach it (`drainctl release`, `drainctl
+// shorten`, run with kubectl exec: what kubectl stickydrain does).
+const ControlSocket = "@stickydrain.io/drainctl"
+
+// The control socket's requests, one line each; the answer is one line,
+// "ok …" or "error: …".
+const (
+	// ControlRelease ends the drain (drainctl exits ExitReleased).
+	ControlRelease = "release"
+	// ControlMaxWait, followed by a space and a Go duration, lowers the
+	// drain's max-wait; a longer one than it runs with is refused.
+	ControlMaxWait = "max-wait"
 )

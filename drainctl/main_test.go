@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,11 +66,18 @@ func drainctl(t *testing.T, args ...string) run {
 // once it has started.
 func drainctlWith(t *testing.T, during func(*os.Process), args ...string) run {
 	t.Helper()
+	return drainctlWithAttr(t, nil, during, args...)
+}
+
+// drainctlWithAttr is drainctlWith with the process' attributes.
+func drainctlWithAttr(t *testing.T, attr *syscall.SysProcAttr, during func(*os.Process), args ...string) run {
+	t.Helper()
 	logFile := filepath.Join(t.TempDir(), "drainctl.log")
 	if len(args) > 0 && args[0] == "wait" {
 		args = append([]string{"wait", "--log-file", logFile}, args[1:]...)
 	}
 	cmd := exec.Command(binary, args...)
+	cmd.SysProcAttr = attr
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
@@ -607,4 +615,72 @@ func shellWords(t *testing.T, line string) []string {
 		words = append(words, cur.String())
 	}
 	return words
+}
+
+// inPodNetns runs a drainctl wait in a network namespace of its own, as
+// a pod's, and calls during with a function that runs drainctl with args
+// in that namespace (kubectl exec into the pod).
+func inPodNetns(t *testing.T, during func(exec func(args ...string) run), args ...string) run {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a network namespace")
+	}
+	return drainctlWithAttr(t, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}, func(p *os.Process) {
+		during(func(args ...string) run {
+			cmd := exec.Command("nsenter", append([]string{"--net=/proc/" + strconv.Itoa(p.Pid) + "/ns/net", binary}, args...)...)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			r := run{stdout: stdout.String(), stderr: stderr.String()}
+			if ee, ok := err.(*exec.ExitError); ok {
+				r.code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		})
+	}, args...)
+}
+
+func TestReleaseAndShortenReachADrainUnderWay(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a network namespace")
+	}
+	// No drain runs in a pod of its own: said, exit 1.
+	out, err := exec.Command("unshare", "--net", binary, "release").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != api.ExitError || !strings.Contains(string(out), "no drain runs in this pod") {
+		t.Errorf("release with no drain: %v, %q", err, out)
+	}
+	// A timed drain (the pod's own loopback holds no app here).
+
+	r := inPodNetns(t, func(exec func(...string) run) {
+		// The socket listens from the start; retry until it does.
+		var got run
+		for i := 0; i < 50; i++ {
+			if got = exec("shorten", "--max-wait", "2h"); !strings.Contains(got.stderr, "no drain runs") {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if got.code != api.ExitError || !strings.Contains(got.stderr, "max-wait 2h0m0s is not shorter than the drain's 1h0m0s") {
+			t.Errorf("shorten to a longer max-wait: exit %d, %q", got.code, got.stderr)
+		}
+		if got = exec("shorten", "--max-wait", "30m"); got.code != 0 || strings.TrimSpace(got.stdout) != "ok: max-wait 30m0s" {
+			t.Errorf("shorten: exit %d, %q %q", got.code, got.stdout, got.stderr)
+		}
+		if got = exec("release"); got.code != 0 || strings.TrimSpace(got.stdout) != "ok: released" {
+			t.Errorf("release: exit %d, %q %q", got.code, got.stdout, got.stderr)
+		}
+	}, "wait", "--max-wait", "1h")
+	if r.code != api.ExitReleased {
+		t.Fatalf("exit %d, want %d (released)\n%s", r.code, api.ExitReleased, r.log)
+	}
+	for _, want := range []string{"max-wait shortened from 1h0m0s to 30m0s by the operator (drainctl shorten)", "released by the operator (drainctl release)"} {
+		if !strings.Contains(r.log, want) {
+			t.Errorf("log lacks %q:\n%s", want, r.log)
+		}
+	}
+	if r.duration > 10*time.Second {
+		t.Errorf("released after %v; want within a few seconds", r.duration)
+	}
 }

@@ -49,7 +49,7 @@ var (
 	reDraining   = regexp.MustCompile(`^draining: (\S+) sessions left, waited \S+ of (\S+)$`)
 	reHolding    = regexp.MustCompile(`^draining: (\S+) sessions left, holding until min-wait`)
 	reFailed     = regexp.MustCompile(`^poll failed \((\d+) of \d+ in a row\)`)
-	reShortened  = regexp.MustCompile(`^max-wait shortened from \S+ to (\S+) by annotation`)
+	reShortened  = regexp.MustCompile(`^max-wait shortened from \S+ to (\S+) by `)
 	reDrainedNow = regexp.MustCompile(`^drained: (\S+) sessions left`)
 	reMaxWait    = regexp.MustCompile(`^max-wait \S+ reached`)
 	reSummary    = regexp.MustCompile(`^(drained|released|max-wait reached|app unreachable|interrupted) after \S+ \(\d+ polls, last count (\S+)\)$`)
@@ -148,7 +148,7 @@ func (p *Progress) apply(at time.Time, msg string) {
 	case reDrainedNow.MatchString(msg):
 		count(reDrainedNow.FindStringSubmatch(msg)[1])
 		p.Phase = PhaseDrained
-	case strings.HasPrefix(msg, "released by annotation "):
+	case strings.HasPrefix(msg, "released by "):
 		p.Phase = PhaseReleased
 	case reMaxWait.MatchString(msg):
 		p.Phase = PhaseMaxWait

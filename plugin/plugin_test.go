@@ -80,6 +80,12 @@ func serverEvent(pod *corev1.Pod, n api.ServerNote, i int) *corev1.Event {
 	}
 }
 
+func withoutUID(e *corev1.Event, at time.Time) *corev1.Event {
+	e.InvolvedObject.UID = ""
+	e.EventTime = metav1.MicroTime{Time: at}
+	return e
+}
+
 func TestStatusGolden(t *testing.T) {
 	ts := func(ago time.Duration) string { return now.Add(-ago).Format(time.RFC3339) }
 	logs := map[string]string{
@@ -103,6 +109,7 @@ func TestStatusGolden(t *testing.T) {
 		drainingPod("web-7d9c-fresh", time.Second),
 		runningPod("web-7d9c-running"),
 	}
+	pods[5].CreationTimestamp = metav1.Time{Time: now.Add(-5 * time.Minute)}
 	plain := drainingPod("other-1", time.Minute) // deleted, but not opted in
 	plain.Annotations, plain.Spec.Containers[0].Lifecycle = nil, nil
 	objs := []runtime.Object{plain}
@@ -116,7 +123,11 @@ func TestStatusGolden(t *testing.T) {
 		serverEvent(pods[0], note(api.ReasonDraining, 1, 2), 0), serverEvent(pods[0], note(api.ReasonDraining, 2, 2), 1),
 		serverEvent(pods[0], api.ServerNote{Reason: api.ReasonDraining, Server: "198.18.4.7:8080", Upstream: "plus/shop", Answered: 3, Instances: 3}, 2),
 		serverEvent(pods[1], note(api.ReasonDraining, 1, 2), 0),
-		serverEvent(pods[2], note(api.ReasonDraining, 2, 2), 0),
+		// An Event naming its pod without a uid (as earlier controllers
+		// wrote them): counted, since recorded after the pod was created ...
+		withoutUID(serverEvent(pods[2], note(api.ReasonDraining, 2, 2), 0), now.Add(-3*time.Minute)),
+		// ... unlike one recorded before (an earlier pod of that name).
+		withoutUID(serverEvent(pods[5], note(api.ReasonDraining, 2, 2), 0), now.Add(-10*time.Minute)),
 		serverEvent(pods[3], note(api.ReasonDraining, 2, 2), 0), serverEvent(pods[3], note(api.ReasonRemoved, 2, 2), 1),
 	)
 	c := &Client{Kube: fake.NewClientset(objs...), Now: func() time.Time { return now },
@@ -156,14 +167,27 @@ func TestReleaseAndShortenAnnotateOnlyDrainingPods(t *testing.T) {
 	plain := runningPod("plain")
 	plain.Annotations, plain.Spec.Containers[0].Lifecycle = nil, nil
 	kube := fake.NewClientset(drainingPod("web-1", time.Minute), runningPod("web-2"), plain)
-	c := &Client{Kube: kube}
+	var ran []string
+	c := &Client{Kube: kube, Exec: func(_ context.Context, ns, pod, container string, cmd []string) (string, string, error) {
+		ran = append(ran, ns+"/"+pod+"/"+container+": "+strings.Join(cmd, " "))
+		return "ok: released\n", "", nil
+	}}
 	ctx := context.Background()
+	// Draining: annotated, and its drainctl told through exec.
 	lines, err := c.Release(ctx, "shop", []string{"web-1"})
-	if err != nil || len(lines) != 1 || !strings.Contains(lines[0], "pod/web-1 annotated stickydrain.io/release=true (draining)") {
+	if err != nil || len(lines) != 1 || lines[0] != "pod/web-1 annotated stickydrain.io/release=true; its drain answered: ok: released" {
 		t.Fatalf("release: %q, %v", lines, err)
 	}
-	if _, err := c.Shorten(ctx, "shop", []string{"web-2"}, 15*time.Minute); err != nil {
-		t.Fatal(err)
+	if want := "shop/web-1/app: /stickydrain/bin/drainctl release"; len(ran) != 1 || ran[0] != want {
+		t.Errorf("exec: %q, want [%q]", ran, want)
+	}
+	// Running: annotated only, for the drain to come.
+	if lines, err := c.Shorten(ctx, "shop", []string{"web-2"}, 15*time.Minute); err != nil || len(ran) != 1 ||
+		lines[0] != "pod/web-2 annotated stickydrain.io/max-wait=15m0s: its drain reads it when the pod stops" {
+		t.Fatalf("shorten a running pod: %q, %v; exec %q", lines, err, ran)
+	}
+	if _, err := c.Shorten(ctx, "shop", []string{"web-1"}, 5*time.Minute); err != nil || ran[1] != "shop/web-1/app: /stickydrain/bin/drainctl shorten --max-wait=5m0s" {
+		t.Fatalf("shorten a draining pod: %v; exec %q", err, ran)
 	}
 	for pod, want := range map[string][2]string{"web-1": {api.AnnotationRelease, "true"}, "web-2": {api.AnnotationMaxWait, "15m0s"}} {
 		p, err := kube.CoreV1().Pods("shop").Get(ctx, pod, metav1.GetOptions{})

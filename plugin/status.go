@@ -82,7 +82,7 @@ func (c *Client) Status(ctx context.Context, namespace string) ([]PodStatus, err
 	if len(draining) == 0 {
 		return nil, nil
 	}
-	lbs, err := c.serverNotes(ctx, namespace)
+	lbs, err := c.serverNotes(ctx, namespace, draining)
 	if err != nil {
 		return nil, err
 	}
@@ -129,10 +129,16 @@ func (c *Client) Status(ctx context.Context, namespace string) ([]PodStatus, err
 	return out, nil
 }
 
-// serverNotes reads the controller's Draining and Removed Events, by pod:
-// per upstream, the note that reached the most instances, Removed over
-// Draining.
-func (c *Client) serverNotes(ctx context.Context, namespace string) (map[types.UID][]LoadBalancerState, error) {
+// serverNotes reads the controller's Draining and Removed Events on pods,
+// by pod: per upstream, the note that reached the most instances, Removed
+// over Draining. An Event names its pod by uid (the controller's since
+// the EndpointSlice's targetRef carried it), else by name, when recorded
+// after the pod was created (not an earlier pod's of the same name).
+func (c *Client) serverNotes(ctx context.Context, namespace string, pods []*corev1.Pod) (map[types.UID][]LoadBalancerState, error) {
+	byName := map[types.NamespacedName]*corev1.Pod{}
+	for _, p := range pods {
+		byName[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
+	}
 	best := map[types.UID]map[string]LoadBalancerState{}
 	for _, reason := range []string{api.ReasonDraining, api.ReasonRemoved} {
 		evs, err := c.Kube.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{
@@ -150,10 +156,18 @@ func (c *Client) serverNotes(ctx context.Context, namespace string) (map[types.U
 			if n.Reason == api.ReasonRemoved {
 				st.State = "removed"
 			}
-			byUpstream := best[e.InvolvedObject.UID]
+			uid := e.InvolvedObject.UID
+			if uid == "" {
+				p := byName[types.NamespacedName{Namespace: e.InvolvedObject.Namespace, Name: e.InvolvedObject.Name}]
+				if p == nil || eventTime(&e).Before(p.CreationTimestamp.Time) {
+					continue
+				}
+				uid = p.UID
+			}
+			byUpstream := best[uid]
 			if byUpstream == nil {
 				byUpstream = map[string]LoadBalancerState{}
-				best[e.InvolvedObject.UID] = byUpstream
+				best[uid] = byUpstream
 			}
 			old, seen := byUpstream[n.Upstream]
 			if !seen || (st.State == "removed" && old.State == "draining") || (st.State == old.State && st.Answered > old.Answered) {
@@ -169,6 +183,15 @@ func (c *Client) serverNotes(ctx context.Context, namespace string) (map[types.U
 		sort.Slice(out[uid], func(i, j int) bool { return out[uid][i].Upstream < out[uid][j].Upstream })
 	}
 	return out, nil
+}
+
+// eventTime is when e was recorded: its eventTime (events.k8s.io), else
+// its first timestamp (core/v1).
+func eventTime(e *corev1.Event) time.Time {
+	if !e.EventTime.IsZero() {
+		return e.EventTime.Time
+	}
+	return e.FirstTimestamp.Time
 }
 
 // workload is the pod's controller as kind/name: a ReplicaSet's

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/stickydrain/stickydrain/controller/plan"
@@ -28,6 +29,10 @@ type Endpoint struct {
 	State plan.State
 	// Pod is the endpoint's targetRef when it is a Pod (namespace/name).
 	PodNamespace, PodName string
+	// PodUID is the targetRef's uid: the controller's Events on the pod
+	// carry it, so that they are told apart from those of an earlier pod
+	// of the same name (a StatefulSet's).
+	PodUID types.UID
 	Terminating           bool
 }
 
@@ -81,7 +86,7 @@ func Desired(slices []discoveryv1.EndpointSlice, port string, opts Options) (map
 			}
 			ep := Endpoint{State: st, Terminating: terminating}
 			if r := e.TargetRef; r != nil && r.Kind == "Pod" {
-				ep.PodNamespace, ep.PodName = r.Namespace, r.Name
+				ep.PodNamespace, ep.PodName, ep.PodUID = r.Namespace, r.Name, r.UID
 			}
 			for _, a := range e.Addresses {
 				ip, err := netip.ParseAddr(a)

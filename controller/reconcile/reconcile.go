@@ -508,6 +508,6 @@ func (r *Reconciler) announce(e endpoints.Endpoint, u upstreamRef, a netip.AddrP
 	if note.Answered <= told {
 		return
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: e.PodNamespace, Name: e.PodName}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: e.PodNamespace, Name: e.PodName, UID: e.PodUID}}
 	r.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, note.Reason, "LoadBalance", "%s", note.String())
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/api/params"
+	"github.com/stickydrain/stickydrain/drainctl/control"
 	"github.com/stickydrain/stickydrain/drainctl/drain"
 	"github.com/stickydrain/stickydrain/drainctl/source"
 )
@@ -34,6 +35,9 @@ type Env struct {
 	// OpenMainStdout opens the container's main process stdout for logs.
 	OpenMainStdout func() (io.WriteCloser, error)
 	Executable     func() (string, error)
+	// ControlSocket is where wait listens and release and shorten send
+	// (api.ControlSocket); empty: wait listens nowhere.
+	ControlSocket string
 }
 
 // DefaultEnv is the real process environment.
@@ -48,7 +52,8 @@ func DefaultEnv() Env {
 			}
 			return os.OpenFile(fmt.Sprintf("/proc/%d/fd/1", pid), os.O_WRONLY|os.O_APPEND, 0)
 		},
-		Executable: os.Executable,
+		Executable:    os.Executable,
+		ControlSocket: api.ControlSocket,
 	}
 }
 
@@ -65,6 +70,8 @@ func Main(ctx context.Context, args []string, env Env) int {
 		return runCount(ctx, args[1:], env)
 	case "install":
 		return runInstall(args[1:], env)
+	case "release", "shorten":
+		return runControl(ctx, args[0], args[1:], env)
 	case "version", "--version", "-version":
 		fmt.Fprintf(env.Stdout, "drainctl %s\n", Version)
 		return 0
@@ -75,7 +82,7 @@ func Main(ctx context.Context, args []string, env Env) int {
 		fmt.Fprint(env.Stdout, usage)
 		return 0
 	}
-	fmt.Fprintf(env.Stderr, "drainctl: unknown command %q; want wait, count, install, version or help\n", args[0])
+	fmt.Fprintf(env.Stderr, "drainctl: unknown command %q; want wait, count, release, shorten, install, version or help\n", args[0])
 	return api.ExitUsage
 }
 
@@ -84,6 +91,8 @@ const usage = `drainctl waits, in a pod's preStop hook, until the application's 
 Usage:
   drainctl wait [flags] [-- COMMAND ARGS...]   poll the session count until drained
   drainctl count [flags]                       print the session count once
+  drainctl release                             end the drain running in this pod now
+  drainctl shorten --max-wait DURATION         lower the max-wait of the drain running in this pod
   drainctl install DIR                         copy this binary into DIR (init containers)
   drainctl version
   drainctl help [COMMAND]
@@ -183,6 +192,16 @@ func runWait(ctx context.Context, args []string, env Env) int {
 	}
 	defer closeLog()
 	log := drain.NewLogger(out, w.LogFormat == api.LogJSON)
+	// The operator's release or shorter max-wait, through kubectl exec:
+	// listening from the start, so that one sent during the pod's own
+	// preStop is kept.
+	var ctl *control.Server
+	if env.ControlSocket != "" {
+		var err error
+		if ctl, err = control.Listen(ctx, env.ControlSocket, w.MaxWait); err != nil {
+			log.Log(fmt.Sprintf("drainctl release and shorten cannot reach this drain: %v", err), "event", "control-failed", "error", err.Error())
+		}
+	}
 	for _, f := range ignored {
 		msg := fmt.Sprintf("ignoring %s: not a flag of drainctl %s (written by a newer webhook?); draining with the flags it knows", f, Version)
 		log.Log(msg, "event", "ignored-flag", "flag", f)
@@ -205,7 +224,7 @@ func runWait(ctx context.Context, args []string, env Env) int {
 	if len(before) > 0 {
 		runBefore(ctx, before, log)
 	}
-	res := drain.Wait(ctx, drain.Config{Wait: *w, Counter: counter, Log: log})
+	res := drain.Wait(ctx, drain.Config{Wait: *w, Counter: counter, Log: log, Control: ctl})
 
 	summary := fmt.Sprintf("drainctl: %s after %s (%d polls, last count %s)",
 		res.Outcome, res.Waited.Round(time.Millisecond), res.Polls, countText(res.LastCount))
@@ -471,4 +490,61 @@ func Install(src, dir string) (string, error) {
 		d.Close()
 	}
 	return dst, nil
+}
+
+const releaseSynopsis = `drainctl release
+
+Ends the drain that drainctl wait runs in this pod (its preStop hook) now:
+wait exits 5. Run it in the pod: kubectl exec POD -c CONTAINER --
+/stickydrain/bin/drainctl release (kubectl stickydrain release does). It
+reaches wait through a unix socket of the pod's own network namespace,
+where the stickydrain.io/release annotation cannot: the kubelet no longer
+refreshes a terminating pod's annotations file. Exit status 0 done, 1 no
+drain runs in the pod, 2 usage error.
+`
+
+const shortenSynopsis = `drainctl shorten --max-wait DURATION
+
+Lowers the max-wait of the drain that drainctl wait runs in this pod,
+counted from the drain's start; a value not shorter than the one it runs
+with is refused. Run it in the pod, as drainctl release. Exit status 0
+done, 1 no drain runs in the pod or the value was refused, 2 usage error.
+`
+
+func runControl(ctx context.Context, name string, args []string, env Env) int {
+	synopsis := releaseSynopsis
+	if name == "shorten" {
+		synopsis = shortenSynopsis
+	}
+	fs := newFlagSet(name, env, synopsis)
+	maxWait := fs.Duration("max-wait", 0, "shorten: the drain's new max-wait (`duration`, e.g. 30m)")
+	if status, ok := parse(fs, args, env); !ok {
+		return status
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(env.Stderr, "drainctl %s: unexpected argument %q\n", name, fs.Arg(0))
+		return api.ExitUsage
+	}
+	req := api.ControlRelease
+	if name == "shorten" {
+		if *maxWait <= 0 {
+			fmt.Fprintln(env.Stderr, "drainctl shorten: --max-wait is required, a positive duration such as 30m")
+			return api.ExitUsage
+		}
+		req = api.ControlMaxWait + " " + maxWait.String()
+	} else if fs.Changed("max-wait") {
+		fmt.Fprintln(env.Stderr, "drainctl release: --max-wait belongs to drainctl shorten")
+		return api.ExitUsage
+	}
+	if env.ControlSocket == "" {
+		fmt.Fprintf(env.Stderr, "drainctl %s: no control socket\n", name)
+		return api.ExitError
+	}
+	answer, err := control.Send(ctx, env.ControlSocket, req)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "drainctl %s: %v\n", name, err)
+		return api.ExitError
+	}
+	fmt.Fprintln(env.Stdout, answer)
+	return 0
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/api/params"
+	"github.com/stickydrain/stickydrain/drainctl/control"
 	"github.com/stickydrain/stickydrain/drainctl/podinfo"
 	"github.com/stickydrain/stickydrain/drainctl/source"
 )
@@ -55,6 +56,8 @@ type Config struct {
 	// Counter is nil for a timed drain (no --url).
 	Counter Counter
 	Log     *Logger
+	// Control is the operator's control socket; nil: none.
+	Control *control.Server
 	// PodinfoEvery is how often the annotations file is re-read; 0 means 1s.
 	PodinfoEvery time.Duration
 }
@@ -106,8 +109,20 @@ func Wait(ctx context.Context, cfg Config) Result {
 		return res
 	}
 
-	// checkPodinfo applies operator annotations; it reports true on release.
+	// checkPodinfo applies what operators asked, through the control
+	// socket or the annotations; it reports true on release.
 	checkPodinfo := func() bool {
+		rel, d := cfg.Control.Asked()
+		if d > 0 && d < maxWait {
+			log.Log(fmt.Sprintf("max-wait shortened from %s to %s by the operator (drainctl shorten)", maxWait, d),
+				"event", "max-wait-shortened", "max_wait", d)
+			maxWait = d
+		}
+		if rel {
+			log.Log(fmt.Sprintf("released by the operator (drainctl release) after %s", elapsed()),
+				"event", "released", "waited", time.Since(start))
+			return true
+		}
 		if cfg.Podinfo == "" {
 			return false
 		}

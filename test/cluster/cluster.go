@@ -221,6 +221,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		// pods get their token volume from it.
 		api.Configure().Set("disable-admission-plugins", "")
 		api.Configure().Set("enable-admission-plugins", "ServiceAccount")
+		// Logs, exec and port-forward go to the kubelet at the Node's
+		// InternalIP: its hostname resolves nowhere here.
+		api.Configure().Set("kubelet-preferred-address-types", "InternalIP,Hostname")
 	} else {
 		// Every admission plugin a real cluster runs by default, except
 		// ServiceAccount: no token controller runs, and podhost's pods need

@@ -37,6 +37,8 @@ func TestRealNodeKeepsEverySession(t *testing.T) {
 	installed.Install = true
 	installed.DrainctlDelivery = "image-volume"
 	t.Run("rollout-installed", func(t *testing.T) { rollingUpdate(t, installed) })
+	// kubectl stickydrain on a pod draining a user's session.
+	t.Run("kubectl-plugin", func(t *testing.T) { pluginOnARealDrain(t, opts) })
 }
 
 // drainctlCameFromItsImage asserts that every pod of the app got drainctl

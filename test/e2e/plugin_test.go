@@ -1,0 +1,171 @@
+package e2e
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"net/http"
+	"net/http/cookiejar"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/stickydrain/stickydrain/plugin"
+)
+
+var updateGolden = flag.Bool("update", false, "rewrite the golden files of testdata/")
+
+// pluginOnARealDrain runs `kubectl stickydrain` as an operator does, on a
+// real node (pods' logs and exec through the API server and the kubelet):
+// check on a well-set-up app, then status while one pod drains a user's
+// session (sessions left from its drainctl's log, drained on both HAProxy
+// instances from the controller's Events), shorten, and release, which
+// ends the drain with the session still open.
+func pluginOnARealDrain(t *testing.T, opts Options) {
+	ctx, env := startEnv(t, opts)
+	bin, err := env.bins.Build("github.com/stickydrain/stickydrain/plugin/cmd/kubectl-stickydrain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl := func(args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", env.Cluster.KubeconfigPath}, args...)...)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return string(out), exit.ExitCode()
+		}
+		if err != nil {
+			t.Fatalf("kubectl stickydrain %v: %v", args, err)
+		}
+		return string(out), 0
+	}
+	if err := env.Deploy(ctx, 2, 10*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "2 ready v1 pods active on both HAProxy", func() bool { return env.Serving(ctx, "v1", 2) })
+
+	out, code := kubectl("check", "deploy/web", "-n", Namespace)
+	t.Logf("kubectl stickydrain check deploy/web:\n%s", out)
+	if code != 0 {
+		t.Errorf("check of a well-set-up app: exit %d, want 0", code)
+	}
+	compareGolden(t, "plugin-check.golden", normalizePluginTable(out))
+
+	// One user's session, on the pod that will drain.
+	jar, _ := cookiejar.New(nil)
+	hc := &http.Client{Jar: jar, Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	code, r, _, err := call(hc, "POST", env.Front.URL()+"/login?user=operator-watched")
+	if err != nil || code != 200 {
+		t.Fatalf("login: %d %v", code, err)
+	}
+	victim := r.Pod
+	deleted := time.Now()
+	if err := env.Cluster.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: victim}}); err != nil {
+		t.Fatal(err)
+	}
+	status := func() []plugin.PodStatus {
+		out, code := kubectl("status", "-n", Namespace, "-o", "json")
+		var doc struct{ Pods []plugin.PodStatus }
+		if code != 0 || json.Unmarshal([]byte(out), &doc) != nil {
+			t.Fatalf("status -o json: exit %d: %s", code, out)
+		}
+		return doc.Pods
+	}
+	var last []plugin.PodStatus
+	defer func() {
+		if t.Failed() {
+			b, _ := json.MarshalIndent(last, "", "  ")
+			t.Logf("the last status: %s", b)
+		}
+	}()
+	waitUntil(t, ctx, victim+" draining its one session on both HAProxy instances, as status says", func() bool {
+		ps := status()
+		last = ps
+		return len(ps) == 1 && ps[0].Pod == victim && ps[0].Sessions != nil && *ps[0].Sessions == 1 && ps[0].Verdict == "draining" &&
+			len(ps[0].LoadBalancers) == 1 && ps[0].LoadBalancers[0].Answered == 2
+	})
+	out, _ = kubectl("status", "-A")
+	t.Logf("kubectl stickydrain status -A:\n%s", out)
+	compareGolden(t, "plugin-status.golden", strings.ReplaceAll(normalizePluginTable(out), victim, "<pod>"))
+
+	// Shorten, then release: drainctl reads both through the downward API.
+	if out, code := kubectl("shorten", victim, "--max-wait", "4m", "-n", Namespace); code != 0 {
+		t.Fatalf("shorten: exit %d: %s", code, out)
+	}
+	waitUntil(t, ctx, "drainctl running with the shortened max-wait", func() bool {
+		ps := status()
+		last = ps
+		return len(ps) == 1 && ps[0].MaxWait == "4m0s"
+	})
+	if out, code := kubectl("release", victim, "-n", Namespace); code != 0 {
+		t.Fatalf("release: exit %d: %s", code, out)
+	}
+	hook, err := env.Node.PreStop(ctx, Namespace, victim, "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hook.Failed || !strings.Contains(hook.Output, "released after") {
+		t.Errorf("%s's preStop: failed %v, output %q; want drainctl's exit 5 and its 'released after' summary", victim, hook.Failed, hook.Output)
+	}
+	waitUntil(t, ctx, victim+" gone", func() bool {
+		var p corev1.Pod
+		return apierrors.IsNotFound(env.Cluster.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: victim}, &p))
+	})
+	t.Logf("%s: deleted, drained, shortened and released in %v (its session still open; max-wait was 5m)", victim, time.Since(deleted).Round(time.Second))
+	if out, _ := kubectl("status", "-n", Namespace); !strings.Contains(out, "No terminating opted-in pods.") {
+		t.Errorf("status once it is gone:\n%s", out)
+	}
+}
+
+var (
+	pluginDuration = regexp.MustCompile(`\b(\d+h\d+m|\d+m\d+s|\d+s)\b`)
+	pluginIP       = regexp.MustCompile(`\b198\.1[89]\.\d+\.\d+\b`)
+	pluginPod      = regexp.MustCompile(`\bweb-[0-9a-f]{6,10}-[0-9a-z]{5}\b`)
+	pluginCount    = regexp.MustCompile(`: \d+ sessions`)
+)
+
+// normalizePluginTable makes a table of the plugin's comparable from run
+// to run: columns joined by " | " (tabwriter's padding depends on the
+// names), durations, addresses, pod names and session counts replaced.
+func normalizePluginTable(s string) string {
+	var lines []string
+	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		fields := regexp.MustCompile(`\s{2,}`).Split(strings.TrimSpace(l), -1)
+		l = strings.Join(fields, " | ")
+		l = pluginDuration.ReplaceAllString(l, "<duration>")
+		l = pluginIP.ReplaceAllString(l, "<ip>")
+		l = pluginPod.ReplaceAllString(l, "<pod>")
+		l = pluginCount.ReplaceAllString(l, ": <n> sessions")
+		lines = append(lines, l)
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// compareGolden compares got with testdata/name, or rewrites it with
+// -update.
+func compareGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *updateGolden {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test ./test/e2e -run … -update writes it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs (-update rewrites it)\n--- got\n%s--- want\n%s", name, got, want)
+	}
+}

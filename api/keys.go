@@ -225,7 +225,9 @@ const (
 // no longer refreshes the pod's downward-API annotations: a Linux abstract
 // unix socket (no file, nothing to mount), in the pod's network namespace,
 // so only the pod's own processes reach it (`drainctl release`, `drainctl
-// shorten`, run with kubectl exec: what kubectl stickydrain does).
+// shorten`, run with kubectl exec: what kubectl stickydrain does). drainctl
+// appends "/" and its PID namespace's inode, which an exec into the
+// container shares: pods with hostNetwork share the socket namespace.
 const ControlSocket = "@stickydrain.io/drainctl"
 
 // The control socket's requests, one line each; the answer is one line,

@@ -53,8 +53,20 @@ func DefaultEnv() Env {
 			return os.OpenFile(fmt.Sprintf("/proc/%d/fd/1", pid), os.O_WRONLY|os.O_APPEND, 0)
 		},
 		Executable:    os.Executable,
-		ControlSocket: api.ControlSocket,
+		ControlSocket: controlSocket(),
 	}
+}
+
+// controlSocket is api.ControlSocket qualified by the PID namespace, which
+// `kubectl exec` into the container shares with its drainctl wait: pods
+// with hostNetwork share one abstract socket namespace, and must not reach
+// each other's drains.
+func controlSocket() string {
+	ns, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return api.ControlSocket
+	}
+	return api.ControlSocket + "/" + strings.Trim(strings.TrimPrefix(ns, "pid:"), "[]")
 }
 
 // Main runs drainctl with args (without the program name).

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -291,6 +292,14 @@ resync: 2s
 		`stickydrain_controller_changes_total{backend="haproxy",op="set",result="ok",state="draining"} 2`,
 		`stickydrain_controller_drain_delay_seconds_count{lb="edge"} 2`,
 	)
+	// The drain's start, as a Unix time: what the alert on long drains
+	// subtracts from time().
+	oldest := regexp.MustCompile(`(?m)^stickydrain_controller_oldest_drain_start_timestamp_seconds\{lb="edge",upstream="shop"\} (\S+)$`)
+	if m := oldest.FindStringSubmatch(ctrlProc.scrape(t)); m == nil {
+		t.Errorf("no stickydrain_controller_oldest_drain_start_timestamp_seconds for edge/shop while it drains")
+	} else if v, err := strconv.ParseFloat(m[1], 64); err != nil || v < float64(deleted.Add(-time.Second).Unix()) || v > float64(drained.Unix()+1) {
+		t.Errorf("oldest drain began at %s; want between the deletion (%v) and the drain (%v)", m[1], deleted, drained)
+	}
 
 	// HAProxy restarts mid-drain and forgets it; the controller repairs it.
 	if err := h2.Restart(); err != nil {
@@ -384,6 +393,18 @@ resync: 2s
 		`stickydrain_controller_changes_total{backend="haproxy",op="remove",result="ok",state="unknown"}`,
 		`stickydrain_controller_lb_errors_total{call="read",lb="edge"}`,
 	)
+	if body := ctrlProc.scrape(t); strings.Contains(body, "stickydrain_controller_oldest_drain_start_timestamp_seconds{") {
+		t.Errorf("an oldest drain still reported with none under way")
+	}
+}
+
+func (p *controllerProc) scrape(t *testing.T) string {
+	t.Helper()
+	body, err := e2e.ScrapeGuarded(context.Background(), p.c, p.metricsPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
 }
 
 func (p *controllerProc) expectMetrics(t *testing.T, wants ...string) {

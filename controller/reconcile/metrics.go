@@ -17,6 +17,9 @@ type Metrics struct {
 	stateLost  *prometheus.CounterVec
 	refusals   *prometheus.CounterVec
 	configs    *prometheus.CounterVec
+	// oldestDrain is when the oldest drain of each upstream began; absent
+	// while none drains.
+	oldestDrain *prometheus.GaugeVec
 }
 
 // NewMetrics registers the controller's metrics with reg.
@@ -59,8 +62,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "stickydrain_controller_config_changes_total",
 			Help: "Changes of the configuration file seen, by result: applied; invalid (refused, it does not parse or validate); revoking (refused, it would take servers out of live upstreams); error (not checked, tried again).",
 		}, []string{"result"}),
+		oldestDrain: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "stickydrain_controller_oldest_drain_start_timestamp_seconds",
+			Help: "When the oldest drain under way on each mapped upstream began (the controller first saw its endpoint terminating), as a Unix time; absent while none drains. time() minus it is the drain's age.",
+		}, []string{"lb", "upstream"}),
 	}
-	for _, c := range []prometheus.Collector{m.servers, m.changes, m.lbErrors, m.drainDelay, m.probes, m.marks, m.stateLost, m.refusals, m.configs} {
+	for _, c := range []prometheus.Collector{m.servers, m.changes, m.lbErrors, m.drainDelay, m.probes, m.marks, m.stateLost, m.refusals, m.configs, m.oldestDrain} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering controller metrics: %w", err)
 		}

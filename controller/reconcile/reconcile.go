@@ -372,9 +372,22 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 			}
 		}
 	}
+	// The oldest drain under way: when the controller first saw its
+	// endpoint terminating.
+	var oldest time.Time
+	for a, e := range desired {
+		if since, ok := terminating[a]; ok && e.State == plan.Draining && (oldest.IsZero() || since.Before(oldest)) {
+			oldest = since
+		}
+	}
 	r.mu.Unlock()
 	for _, s := range []plan.State{plan.Active, plan.Draining, plan.Down} {
 		r.Metrics.servers.WithLabelValues(u.LB, u.Upstream, s.String()).Set(float64(counts[s]))
+	}
+	if oldest.IsZero() {
+		r.Metrics.oldestDrain.DeleteLabelValues(u.LB, u.Upstream)
+	} else {
+		r.Metrics.oldestDrain.WithLabelValues(u.LB, u.Upstream).Set(float64(oldest.UnixMilli()) / 1000)
 	}
 	insts, err := r.instancesOf(ctx, lb)
 	if err != nil {

@@ -85,6 +85,7 @@ func TestTheInstallHasEveryPart(t *testing.T) {
 		"ClusterRoleBinding/stickydrain-controller",
 		"ClusterRoleBinding/stickydrain-metrics-scraper",
 		"ClusterRoleBinding/stickydrain-webhook",
+		"ConfigMap/stickydrain-dashboard",
 		"Deployment/stickydrain-controller",
 		"Deployment/stickydrain-webhook",
 		"Issuer/stickydrain-ca",
@@ -95,6 +96,7 @@ func TestTheInstallHasEveryPart(t *testing.T) {
 		"PodDisruptionBudget/stickydrain-controller",
 		"PodDisruptionBudget/stickydrain-webhook",
 		"PriorityClass/stickydrain-critical",
+		"PrometheusRule/stickydrain",
 		"Role/stickydrain-controller-leader-election",
 		"Role/stickydrain-webhook-leader-election",
 		"RoleBinding/stickydrain-controller-leader-election",
@@ -146,9 +148,9 @@ func TestTheInstallHasEveryPart(t *testing.T) {
 }
 
 // monitoring tells the objects of manifests/monitoring: the ServiceMonitors
-// and the scraper identity they use.
+// and the scraper identity they use, the alerts and the dashboard.
 func monitoring(kindName string) bool {
-	return strings.HasPrefix(kindName, "ServiceMonitor/") || strings.Contains(kindName, "metrics-scraper")
+	return strings.HasPrefix(kindName, "ServiceMonitor/") || strings.HasPrefix(kindName, "PrometheusRule/") || kindName == "ConfigMap/stickydrain-dashboard" || strings.Contains(kindName, "metrics-scraper")
 }
 
 // wiring checks that the certificate, its DNS names, the CA injection, the
@@ -511,7 +513,7 @@ func TestTheBinariesAcceptTheShippedArguments(t *testing.T) {
 	// (the controller starts without it and maps nothing), and does not ship
 	// it, so that re-applying the install cannot overwrite it.
 	for _, o := range objs {
-		if o.GetKind() == "ConfigMap" {
+		if o.GetKind() == "ConfigMap" && o.GetName() != "stickydrain-dashboard" {
 			t.Errorf("the install ships ConfigMap %s: re-applying it would overwrite the operator's configuration", o.GetName())
 		}
 	}

@@ -45,7 +45,7 @@ func repoRoot() string {
 }
 
 // CertManager applies cert-manager's CRDs (from the module the thin main is
-// built from) and the ServiceMonitor CRD manifests/default needs, then runs
+// built from) and the ServiceMonitor and PrometheusRule CRDs manifests/default needs, then runs
 // cert-manager from image as a pod with a ServiceAccount bound to
 // cluster-admin (its own install ships finer roles; the tests do not test
 // cert-manager's RBAC), and waits until it runs.
@@ -65,7 +65,7 @@ func CertManager(ctx context.Context, c *cluster.Cluster, image string) error {
 		return err
 	}
 	for _, f := range files {
-		if strings.Contains(f, "servicemonitors") {
+		if strings.Contains(f, "servicemonitors") || strings.Contains(f, "prometheusrules") {
 			crds = append(crds, f)
 		}
 	}

@@ -82,6 +82,7 @@ func CRDFiles(ctx context.Context) ([]string, error) {
 		filepath.Join(cm, "deploy", "crds", "cert-manager.io_clusterissuers.yaml"),
 		filepath.Join(cm, "deploy", "crds", "cert-manager.io_certificates.yaml"),
 		filepath.Join(po, "example", "prometheus-operator-crd", "monitoring.coreos.com_servicemonitors.yaml"),
+		filepath.Join(po, "example", "prometheus-operator-crd", "monitoring.coreos.com_prometheusrules.yaml"),
 	}, nil
 }
 

@@ -32,8 +32,8 @@ type Endpoint struct {
 	// PodUID is the targetRef's uid: the controller's Events on the pod
 	// carry it, so that they are told apart from those of an earlier pod
 	// of the same name (a StatefulSet's).
-	PodUID types.UID
-	Terminating           bool
+	PodUID      types.UID
+	Terminating bool
 }
 
 // Desired computes the desired servers from all EndpointSlices of one

@@ -78,9 +78,9 @@ type Env struct {
 	// leaderless are the spans from a leader's kill until a replica
 	// acquired the Lease, guarded by faultsMu.
 	leaderless []killWindow
-	lbMu     sync.Mutex   // guards HAProxy, which scaling changes while others read it
-	bins     *testbin.Builder
-	flavour  haproxytest.Flavour // the HAProxy instances' version and mode
+	lbMu       sync.Mutex // guards HAProxy, which scaling changes while others read it
+	bins       *testbin.Builder
+	flavour    haproxytest.Flavour // the HAProxy instances' version and mode
 	// ingresses are the running replicas of the ingress users go through
 	// (Options.Ingress), guarded by lbMu; the first is the one whose view
 	// the observer reads. ingressKind is set for the whole run.

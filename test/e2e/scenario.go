@@ -190,10 +190,10 @@ type Stats struct {
 	// already lost: once a request was sent elsewhere the proxy's answer
 	// re-points the cookie, so every later one follows. A session is lost
 	// at its first misroute, which alone is timed (MisrouteTimes).
-	MisroutedAfterLoss int
-	Sessions, SessionsKept      int // sessions ended, and those ended with every request on their pod
-	StartedAfterRollout         int
-	OnNewVersion                int // of those, sessions on the new version
+	MisroutedAfterLoss     int
+	Sessions, SessionsKept int // sessions ended, and those ended with every request on their pod
+	StartedAfterRollout    int
+	OnNewVersion           int // of those, sessions on the new version
 	// NewOnDraining counts sessions that started on a pod already draining
 	// on the instance (or ingress replica) that served the login, or on
 	// every one when the front cannot say which served it: there must be

@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -393,14 +392,9 @@ func WriteFindings(w io.Writer, findings []Finding) error {
 
 // WriteFindingsJSON writes findings as {"findings": […]}.
 func WriteFindingsJSON(w io.Writer, findings []Finding) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(struct {
+	return writeJSON(w, struct {
 		Findings []Finding `json:"findings"`
-	}{findings}); err != nil {
-		return fmt.Errorf("writing JSON: %w", err)
-	}
-	return nil
+	}{findings})
 }
 
 // Worst is the most severe level among findings.

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,26 +19,13 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/stickydrain/stickydrain/api"
+	"github.com/stickydrain/stickydrain/internal/golden"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files")
-
-// golden compares got with testdata/name, or rewrites it with -update.
-func golden(t *testing.T, name string, got []byte) {
+// goldenFile compares got with testdata/name (-update rewrites it).
+func goldenFile(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./plugin -update to write it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (go test ./plugin -update rewrites it)\n--- got\n%s\n--- want\n%s", name, got, want)
-	}
+	golden.Compare(t, filepath.Join("testdata", name), got)
 }
 
 var now = time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
@@ -145,11 +130,11 @@ func TestStatusGolden(t *testing.T) {
 	if err := WriteTable(&table, statuses, true, now); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "status.golden", table.Bytes())
+	goldenFile(t, "status.golden", table.Bytes())
 	if err := WriteJSON(&js, statuses); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "status.json.golden", js.Bytes())
+	goldenFile(t, "status.json.golden", js.Bytes())
 
 	// A namespace with none.
 	statuses, err = c.Status(context.Background(), "empty")
@@ -268,7 +253,7 @@ func TestCheckNamesEachMisconfigurationWithItsFix(t *testing.T) {
 			t.Errorf("%s: worst %s, want error", target, Worst(fs))
 		}
 	}
-	golden(t, "check.golden", out.Bytes())
+	goldenFile(t, "check.golden", out.Bytes())
 	// drainctl count ran in the injected pod with its source flags only.
 	if want := "/stickydrain/bin/drainctl count --url=http://localhost:8080/sessions"; len(ran) != 1 || ran[0] != want {
 		t.Errorf("exec: %q, want [%q]", ran, want)

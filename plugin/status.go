@@ -285,11 +285,16 @@ func WriteJSON(w io.Writer, statuses []PodStatus) error {
 	if statuses == nil {
 		statuses = []PodStatus{}
 	}
+	return writeJSON(w, struct {
+		Pods []PodStatus `json:"pods"`
+	}{statuses})
+}
+
+// writeJSON writes v as indented JSON, as kubectl -o json does.
+func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(struct {
-		Pods []PodStatus `json:"pods"`
-	}{statuses}); err != nil {
+	if err := enc.Encode(v); err != nil {
 		return fmt.Errorf("writing JSON: %w", err)
 	}
 	return nil

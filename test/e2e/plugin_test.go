@@ -3,10 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"net/http"
 	"net/http/cookiejar"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -19,10 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/stickydrain/stickydrain/internal/golden"
 	"github.com/stickydrain/stickydrain/plugin"
 )
-
-var updateGolden = flag.Bool("update", false, "rewrite the golden files of testdata/")
 
 // pluginOnARealDrain runs `kubectl stickydrain` as an operator does, on a
 // real node (pods' logs and exec through the API server and the kubelet):
@@ -59,7 +56,7 @@ func pluginOnARealDrain(t *testing.T, opts Options) {
 	if code != 0 {
 		t.Errorf("check of a well-set-up app: exit %d, want 0", code)
 	}
-	compareGolden(t, "plugin-check.golden", normalizePluginTable(out))
+	golden.Compare(t, filepath.Join("testdata", "plugin-check.golden"), []byte(normalizePluginTable(out)))
 
 	// One user's session, on the pod that will drain.
 	jar, _ := cookiejar.New(nil)
@@ -96,7 +93,7 @@ func pluginOnARealDrain(t *testing.T, opts Options) {
 	})
 	out, _ = kubectl("status", "-A")
 	t.Logf("kubectl stickydrain status -A:\n%s", out)
-	compareGolden(t, "plugin-status.golden", strings.ReplaceAll(normalizePluginTable(out), victim, "<pod>"))
+	golden.Compare(t, filepath.Join("testdata", "plugin-status.golden"), []byte(strings.ReplaceAll(normalizePluginTable(out), victim, "<pod>")))
 
 	// Shorten, then release: drainctl reads both through the downward API.
 	if out, code := kubectl("shorten", victim, "--max-wait", "4m", "-n", Namespace); code != 0 {
@@ -149,23 +146,4 @@ func normalizePluginTable(s string) string {
 		lines = append(lines, l)
 	}
 	return strings.Join(lines, "\n") + "\n"
-}
-
-// compareGolden compares got with testdata/name, or rewrites it with
-// -update.
-func compareGolden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *updateGolden {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test ./test/e2e -run … -update writes it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s differs (-update rewrites it)\n--- got\n%s--- want\n%s", name, got, want)
-	}
 }

@@ -5,18 +5,14 @@ package cmdlinetest
 
 import (
 	"bytes"
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
 
 	"github.com/stickydrain/stickydrain/internal/cmdline"
+	"github.com/stickydrain/stickydrain/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden help files in testdata")
 
 // Golden checks that --help prints synopsis and the flags exactly as the
 // file at path holds them.
@@ -33,21 +29,7 @@ func Golden(t *testing.T, newFS func() *pflag.FlagSet, synopsis, path string) {
 // path holds; the test flag -update rewrites the file.
 func GoldenText(t *testing.T, help, path string) {
 	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(help), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run the test with -update to write it)", err)
-	}
-	if help != string(want) {
-		t.Errorf("--help differs from %s (-update rewrites it):\n%s", path, help)
-	}
+	golden.Compare(t, path, []byte(help))
 }
 
 // BothForms checks that every flag takes `--flag value` and

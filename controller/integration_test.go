@@ -292,6 +292,18 @@ resync: 2s
 		`stickydrain_controller_changes_total{backend="haproxy",op="set",result="ok",state="draining"} 2`,
 		`stickydrain_controller_drain_delay_seconds_count{lb="edge"} 2`,
 	)
+	// Server-template slots, in slot mode: 8, as many in use as h1 holds
+	// servers (the metric is read before the pass applies, so compare
+	// once nothing changes).
+	if !fl.Dynamic {
+		body := ctrlProc.scrape(t)
+		inUse := regexp.MustCompile(`(?m)^stickydrain_controller_slots_used\{lb="edge",upstream="shop"\} (\d+)$`).FindStringSubmatch(body)
+		if !strings.Contains(body, `stickydrain_controller_slots{lb="edge",upstream="shop"} 8`) || inUse == nil || inUse[1] != strconv.Itoa(len(servers(t, h1))) {
+			t.Errorf("slots: want 8, %d in use; metrics have used %v", len(servers(t, h1)), inUse)
+		}
+	} else if strings.Contains(ctrlProc.scrape(t), "stickydrain_controller_slots{") {
+		t.Errorf("slots reported in dynamic mode, which has none")
+	}
 	// The drain's start, as a Unix time: what the alert on long drains
 	// subtracts from time().
 	oldest := regexp.MustCompile(`(?m)^stickydrain_controller_oldest_drain_start_timestamp_seconds\{lb="edge",upstream="shop"\} (\S+)$`)

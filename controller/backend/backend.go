@@ -31,6 +31,14 @@ type Normalizer interface {
 	Normalize(upstream string, desired map[netip.AddrPort]plan.State) map[netip.AddrPort]plan.State
 }
 
+// Capacity is implemented by instances whose upstreams hold a fixed
+// number of servers (HAProxy's server-template slots): how many the
+// upstream held and could hold when Servers last read it; ok is false
+// when the number is not bounded (dynamic servers) or not read yet.
+type Capacity interface {
+	Slots(upstream string) (used, total int, ok bool)
+}
+
 // Prober is implemented by instances that can tell one process from the
 // next cheaply: a restart, a reload or a new replica reads as a new
 // identity, which the controller repairs at once instead of at the next

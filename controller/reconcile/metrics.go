@@ -20,6 +20,10 @@ type Metrics struct {
 	// oldestDrain is when the oldest drain of each upstream began; absent
 	// while none drains.
 	oldestDrain *prometheus.GaugeVec
+	// slots and slotsUsed: the upstream's server slots on its instances
+	// (HAProxy server-template): the fewest any instance has, the most any
+	// uses.
+	slots, slotsUsed *prometheus.GaugeVec
 }
 
 // NewMetrics registers the controller's metrics with reg.
@@ -66,8 +70,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "stickydrain_controller_oldest_drain_start_timestamp_seconds",
 			Help: "When the oldest drain under way on each mapped upstream began (the controller first saw its endpoint terminating), as a Unix time; absent while none drains. time() minus it is the drain's age.",
 		}, []string{"lb", "upstream"}),
+		slots: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "stickydrain_controller_slots",
+			Help: "Server slots of each mapped upstream on load balancers that have a fixed number (HAProxy server-template), the fewest of its instances, as last read.",
+		}, []string{"lb", "upstream"}),
+		slotsUsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "stickydrain_controller_slots_used",
+			Help: "Server slots of each mapped upstream holding a server (active, draining or down), the most of its instances, as last read; a new pod finds no slot once it reaches stickydrain_controller_slots.",
+		}, []string{"lb", "upstream"}),
 	}
-	for _, c := range []prometheus.Collector{m.servers, m.changes, m.lbErrors, m.drainDelay, m.probes, m.marks, m.stateLost, m.refusals, m.configs, m.oldestDrain} {
+	for _, c := range []prometheus.Collector{m.servers, m.changes, m.lbErrors, m.drainDelay, m.probes, m.marks, m.stateLost, m.refusals, m.configs, m.oldestDrain, m.slots, m.slotsUsed} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering controller metrics: %w", err)
 		}

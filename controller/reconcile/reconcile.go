@@ -398,6 +398,9 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 	type outcome struct {
 		instanceOutcome
 		applied map[netip.AddrPort]plan.Change
+		// used and total slots, when bounded (backend.Capacity)
+		used, total int
+		bounded     bool
 	}
 	results := make([]outcome, len(insts))
 	var wg sync.WaitGroup
@@ -411,6 +414,9 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 				r.Metrics.lbErrors.WithLabelValues(u.LB, "read").Inc()
 				log.Error(err, "reading servers", "instance", inst.ID())
 				return
+			}
+			if c, ok := inst.(backend.Capacity); ok {
+				results[i].used, results[i].total, results[i].bounded = c.Slots(u.Upstream)
 			}
 			r.checkLost(ctx, svc, lb, u, inst, cur, want)
 			target := want
@@ -436,6 +442,19 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 		}()
 	}
 	wg.Wait()
+	used, total := 0, -1
+	for _, res := range results {
+		if res.bounded {
+			used = max(used, res.used)
+			if total < 0 || res.total < total {
+				total = res.total
+			}
+		}
+	}
+	if total >= 0 {
+		r.Metrics.slots.WithLabelValues(u.LB, u.Upstream).Set(float64(total))
+		r.Metrics.slotsUsed.WithLabelValues(u.LB, u.Upstream).Set(float64(used))
+	}
 
 	// Events speak of the instances that answered; one that is down
 	// converges when it returns (every pass reads its actual state).

@@ -94,6 +94,8 @@ func Dashboard() *dashboard.DashboardBuilder {
 			WithTarget(query(`sum(increase(stickydrain_webhook_admissions_total{result="error"}[1h]))`, "errors"))).
 		WithPanel(series("Servers by state, per upstream", "short",
 			query(`sum by (lb, upstream, state) (stickydrain_controller_servers)`, "{{lb}}/{{upstream}} {{state}}"))).
+		WithPanel(series("HAProxy server-template slots in use, per upstream", "percentunit",
+			query(`stickydrain_controller_slots_used / stickydrain_controller_slots`, "{{lb}}/{{upstream}}"))).
 		WithPanel(series("Drain age, per upstream", "s",
 			query(`time() - stickydrain_controller_oldest_drain_start_timestamp_seconds`, "{{lb}}/{{upstream}}"))).
 		WithPanel(series("Drain propagation delay (terminating seen → drained on an instance)", "s",

@@ -74,6 +74,7 @@ var (
 	_ backend.Instance    = (*Instance)(nil)
 	_ backend.Prober      = (*Instance)(nil)
 	_ backend.Marker      = (*Instance)(nil)
+	_ backend.Capacity    = (*Instance)(nil)
 	_ backend.Heartbeater = (*Instance)(nil)
 )
 
@@ -284,6 +285,26 @@ func (h *Instance) noteUnknown(upstream string, s slot) {
 		h.log.Info("srv_admin_state has bits this version of stickydrain does not know; ignoring them",
 			"instance", h.id, "server", upstream+"/"+s.name, "adminState", uint32(s.admin), "unknownBits", fmt.Sprintf("%#x", uint32(news)))
 	}
+}
+
+// Slots says how many of the backend's server-template slots held a
+// server when Servers last read it, of how many; not in dynamic mode.
+func (h *Instance) Slots(upstream string) (used, total int, ok bool) {
+	if h.dynamic {
+		return 0, 0, false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	slots, read := h.read[upstream]
+	if !read {
+		return 0, 0, false
+	}
+	for _, s := range slots {
+		if !s.free {
+			used++
+		}
+	}
+	return used, len(slots), true
 }
 
 // Servers reads the servers the backend's slots hold.

@@ -12,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stickydrain/stickydrain/internal/golden"
@@ -122,12 +125,47 @@ func pluginOnARealDrain(t *testing.T, opts Options) {
 	if out, _ := kubectl("status", "-n", Namespace); !strings.Contains(out, "No terminating opted-in pods.") {
 		t.Errorf("status once it is gone:\n%s", out)
 	}
+
+	// Planted: a Namespace not opted in, its Deployment without a
+	// readiness probe (so its pod carries no drain), its Service mapping
+	// an upstream the controller does not give that Namespace.
+	k := env.Cluster.Client
+	legacy := "legacy"
+	if err := k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: legacy}}); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": "old"}
+	if err := k.Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "old", Namespace: legacy, Annotations: map[string]string{"stickydrain.io/upstreams": "edge/shop"}},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "old", Namespace: legacy},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "app", Image: env.appImage, Args: []string{"--listen=:8080", "--pod=old", "--version=v1"},
+			}}}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "the legacy pod running and the controller's refusal of its Service", func() bool {
+		out, _ := kubectl("check", "ns/"+legacy)
+		return strings.Contains(out, "1 of 1 running pods carry no drain") && strings.Contains(out, "UpstreamNotAllowed")
+	})
+	out, code = kubectl("check", "ns/"+legacy)
+	t.Logf("kubectl stickydrain check ns/%s:\n%s", legacy, out)
+	if code != 3 {
+		t.Errorf("check of a misconfigured Namespace: exit %d, want 3", code)
+	}
+	golden.Compare(t, filepath.Join("testdata", "plugin-check-planted.golden"), []byte(normalizePluginTable(out)))
 }
 
 var (
 	pluginDuration = regexp.MustCompile(`\b(\d+h\d+m|\d+m\d+s|\d+s)\b`)
 	pluginIP       = regexp.MustCompile(`\b198\.1[89]\.\d+\.\d+\b`)
-	pluginPod      = regexp.MustCompile(`\bweb-[0-9a-f]{6,10}-[0-9a-z]{5}\b`)
+	pluginPod      = regexp.MustCompile(`\b[a-z][a-z0-9-]*-[0-9a-f]{6,10}-[0-9a-z]{5}\b`)
 	pluginCount    = regexp.MustCompile(`: \d+ sessions`)
 )
 

@@ -90,3 +90,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // ConfigChange counts a change of the configuration file by its result:
 // applied, invalid, revoking or error.
 func (m *Metrics) ConfigChange(result string) { m.configs.WithLabelValues(result).Inc() }
+
+// forget drops the gauges of an upstream no Service maps any more.
+func (m *Metrics) forget(u upstreamRef) {
+	m.servers.DeletePartialMatch(prometheus.Labels{"lb": u.LB, "upstream": u.Upstream})
+	for _, g := range []*prometheus.GaugeVec{m.oldestDrain, m.slots, m.slotsUsed} {
+		g.DeleteLabelValues(u.LB, u.Upstream)
+	}
+}

@@ -160,6 +160,7 @@ func (r *Reconciler) release(ctx context.Context, p *tenancy.Policy, key types.N
 			held = append(held, u)
 			continue
 		}
+		r.Metrics.forget(u)
 		if v, was := refused[u]; was && svc != nil {
 			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, api.ReasonUpstreamNotAllowed, action("Withdraw", u.String()),
 				"servers removed from %s: %s", u, v.Message)

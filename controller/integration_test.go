@@ -293,14 +293,15 @@ resync: 2s
 		`stickydrain_controller_drain_delay_seconds_count{lb="edge"} 2`,
 	)
 	// Server-template slots, in slot mode: 8, as many in use as h1 holds
-	// servers (the metric is read before the pass applies, so compare
-	// once nothing changes).
+	// servers.
+	// The metric is read at each pass (the resync: 2 s), before it applies.
 	if !fl.Dynamic {
-		body := ctrlProc.scrape(t)
-		inUse := regexp.MustCompile(`(?m)^stickydrain_controller_slots_used\{lb="edge",upstream="shop"\} (\d+)$`).FindStringSubmatch(body)
-		if !strings.Contains(body, `stickydrain_controller_slots{lb="edge",upstream="shop"} 8`) || inUse == nil || inUse[1] != strconv.Itoa(len(servers(t, h1))) {
-			t.Errorf("slots: want 8, %d in use; metrics have used %v", len(servers(t, h1)), inUse)
-		}
+		inUse := regexp.MustCompile(`(?m)^stickydrain_controller_slots_used\{lb="edge",upstream="shop"\} (\d+)$`)
+		eventually(t, ctx, "the slots metrics: 8, as many in use as h1 holds servers", func() bool {
+			body := ctrlProc.scrape(t)
+			m := inUse.FindStringSubmatch(body)
+			return strings.Contains(body, `stickydrain_controller_slots{lb="edge",upstream="shop"} 8`) && m != nil && m[1] == strconv.Itoa(len(servers(t, h1)))
+		})
 	} else if strings.Contains(ctrlProc.scrape(t), "stickydrain_controller_slots{") {
 		t.Errorf("slots reported in dynamic mode, which has none")
 	}

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/streaming/pkg/httpstream"
 
 	"github.com/stickydrain/stickydrain/api"
 )
@@ -62,7 +63,12 @@ func NewClient(cfg *rest.Config) (*Client, error) {
 		if err != nil {
 			return "", "", fmt.Errorf("exec in %s/%s: %w", namespace, pod, err)
 		}
-		exec, err := remotecommand.NewFallbackExecutor(ws, spdy, func(error) bool { return true })
+		// SPDY only where the WebSocket upgrade itself fails (an older API
+		// server or a proxy), as kubectl exec does: a command that ran and
+		// failed is not run again.
+		exec, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+			return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+		})
 		if err != nil {
 			return "", "", fmt.Errorf("exec in %s/%s: %w", namespace, pod, err)
 		}

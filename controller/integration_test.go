@@ -427,10 +427,26 @@ func (p *controllerProc) expectMetrics(t *testing.T, wants ...string) {
 		t.Fatal(err)
 	}
 	for _, want := range wants {
-		if !strings.Contains(body, want) {
+		if !hasSeries(body, want) {
 			t.Errorf("controller metrics lack %s", want)
 		}
 	}
+}
+
+// hasSeries: the exposition body holds want — a series with its value
+// ("name{labels} 2"), or a series alone ("name{labels}"), then counted
+// above 0: counters start at 0, so being there says nothing.
+func hasSeries(body, want string) bool {
+	if strings.HasSuffix(want, "}") {
+		for _, line := range strings.Split(body, "\n") {
+			if value, ok := strings.CutPrefix(line, want+" "); ok {
+				v, err := strconv.ParseFloat(value, 64)
+				return err == nil && v > 0
+			}
+		}
+		return false
+	}
+	return strings.Contains(body, want)
 }
 
 func must(t *testing.T, err error) {

@@ -292,6 +292,9 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 		`stickydrain_webhook_admissions_total{reason="injected",result="allowed",webhook="mutate-pod"}`,
 		`stickydrain_webhook_admissions_total{reason="invalid",result="denied",webhook="mutate-pod"}`,
 		`stickydrain_webhook_admissions_total{reason="invalid",result="denied",webhook="validate-deployment"}`,
+		// Errors counted from 0, before the first: a rate() sees the first.
+		`stickydrain_webhook_admissions_total{reason="namespace-unreadable",result="error",webhook="mutate-pod"} 0`,
+		`stickydrain_webhook_admissions_total{reason="namespace-unreadable",result="error",webhook="validate-daemonset"} 0`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)

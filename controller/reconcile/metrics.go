@@ -4,6 +4,9 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/tenancy"
 )
 
 // Metrics of the controller.
@@ -84,7 +87,46 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, fmt.Errorf("registering controller metrics: %w", err)
 		}
 	}
+	// Every result at 0 from the start: a series born at 1 has no
+	// increase() and no rate() until it counts again, and the alert on a
+	// refused configuration would miss the first refusal.
+	for _, result := range ConfigResults() {
+		m.configs.WithLabelValues(result)
+	}
 	return m, nil
+}
+
+// ConfigResults are the results a change of the configuration file is
+// counted by (ConfigChange).
+func ConfigResults() []string { return []string{"applied", "invalid", "revoking", "error"} }
+
+// loadBalancers starts the counters of cfg's load balancers at 0 (lb
+// errors by call, refusals by reason), so that the first error or refusal
+// is an increase an alert and a dashboard see; a load balancer of was (the
+// configuration before, nil at the start) no longer in cfg loses its
+// series.
+func (m *Metrics) loadBalancers(was, cfg *config.Config) {
+	names := map[string]bool{}
+	for _, lb := range cfg.LoadBalancers {
+		names[lb.Name] = true
+		for _, call := range []string{"read", "apply", "discover"} {
+			m.lbErrors.WithLabelValues(lb.Name, call)
+		}
+		for _, reason := range tenancy.Reasons() {
+			if reason != tenancy.UnknownLoadBalancer { // never counted under a known name
+				m.refusals.WithLabelValues(lb.Name, string(reason))
+			}
+		}
+	}
+	if was == nil {
+		return
+	}
+	for _, lb := range was.LoadBalancers {
+		if !names[lb.Name] {
+			m.lbErrors.DeletePartialMatch(prometheus.Labels{"lb": lb.Name})
+			m.refusals.DeletePartialMatch(prometheus.Labels{"lb": lb.Name})
+		}
+	}
 }
 
 // ConfigChange counts a change of the configuration file by its result:

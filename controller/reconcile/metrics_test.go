@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stickydrain/stickydrain/controller/config"
 )
 
 // TestForgetDropsOnlyTheReleasedUpstreamsGauges: an upstream no Service
@@ -46,5 +48,67 @@ func TestForgetDropsOnlyTheReleasedUpstreamsGauges(t *testing.T) {
 	}
 	if left["stickydrain_controller_servers cart"] != 3 || left["stickydrain_controller_slots cart"] != 1 || left["stickydrain_controller_oldest_drain_start_timestamp_seconds cart"] != 1 {
 		t.Errorf("the other upstream's gauges went too: %v", left)
+	}
+}
+
+// TestCountersStartAtZero: the counters alerts take increase() and rate()
+// of exist at 0 before their first count — every result of a
+// configuration change from the start, every load balancer's errors and
+// refusals once it is configured — and a load balancer taken out of the
+// configuration leaves none behind.
+func TestCountersStartAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two := &config.Config{LoadBalancers: []config.LoadBalancer{{Name: "edge"}, {Name: "plus"}}}
+	m.loadBalancers(nil, two)
+	m.lbErrors.WithLabelValues("edge", "read").Inc()
+	series := func() map[string]float64 {
+		t.Helper()
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, f := range families {
+			for _, s := range f.GetMetric() {
+				var labels []string
+				for _, l := range s.GetLabel() {
+					labels = append(labels, l.GetName()+"="+l.GetValue())
+				}
+				out[f.GetName()+"{"+strings.Join(labels, ",")+"}"] = s.GetCounter().GetValue()
+			}
+		}
+		return out
+	}
+	got := series()
+	for name, want := range map[string]float64{
+		"stickydrain_controller_config_changes_total{result=applied}":               0,
+		"stickydrain_controller_config_changes_total{result=invalid}":               0,
+		"stickydrain_controller_config_changes_total{result=revoking}":              0,
+		"stickydrain_controller_config_changes_total{result=error}":                 0,
+		"stickydrain_controller_lb_errors_total{call=read,lb=edge}":                 1,
+		"stickydrain_controller_lb_errors_total{call=apply,lb=plus}":                0,
+		"stickydrain_controller_lb_errors_total{call=discover,lb=plus}":             0,
+		"stickydrain_controller_refusals_total{lb=edge,reason=NamespaceNotAllowed}": 0,
+		"stickydrain_controller_refusals_total{lb=plus,reason=OutsideCIDRs}":        0,
+	} {
+		if v, ok := got[name]; !ok || v != want {
+			t.Errorf("%s: %v (there: %v), want %v", name, v, ok, want)
+		}
+	}
+	if _, ok := got["stickydrain_controller_refusals_total{lb=edge,reason=UnknownLoadBalancer}"]; ok {
+		t.Errorf("UnknownLoadBalancer started under a configured load balancer's name")
+	}
+	m.loadBalancers(two, &config.Config{LoadBalancers: []config.LoadBalancer{{Name: "edge"}}})
+	for name := range series() {
+		if strings.Contains(name, "lb=plus") {
+			t.Errorf("%s left after plus left the configuration", name)
+		}
+	}
+	if _, ok := series()["stickydrain_controller_lb_errors_total{call=read,lb=edge}"]; !ok {
+		t.Errorf("edge's counts went with plus")
 	}
 }

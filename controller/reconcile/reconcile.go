@@ -98,6 +98,7 @@ type Reconciler struct {
 // Services that list load-balancer instances.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.current = r.Config
+	r.Metrics.loadBalancers(nil, r.Config)
 	var err error
 	if r.policy, err = tenancy.New(r.Config); err != nil {
 		return err
@@ -163,6 +164,7 @@ func (r *Reconciler) SetConfig(ctx context.Context, c *config.Config) error {
 		return err
 	}
 	r.mu.Lock()
+	r.Metrics.loadBalancers(r.current, c)
 	r.current, r.policy = c, p
 	r.instances = map[string]backend.Instance{} // addresses or timeouts may have changed
 	known := make([]types.NamespacedName, 0, len(r.known))

@@ -55,6 +55,11 @@ const (
 	NotPodAddress       Reason = "NotPodAddress"
 )
 
+// Reasons are every Reason, claims' then endpoints'.
+func Reasons() []Reason {
+	return []Reason{NoRule, NamespaceNotAllowed, Pinned, UnknownLoadBalancer, OutsideCIDRs, WithoutPod, PodInOtherNamespace, NotPodAddress}
+}
+
 // Verdict is a decision: allowed, or refused for a reason, with the rule
 // (the configuration field) that decided and a message for an Event.
 type Verdict struct {

@@ -98,6 +98,10 @@ func pluginOnARealDrain(t *testing.T, opts Options) {
 	t.Logf("kubectl stickydrain status -A:\n%s", out)
 	golden.Compare(t, filepath.Join("testdata", "plugin-status.golden"), []byte(strings.ReplaceAll(normalizePluginTable(out), victim, "<pod>")))
 
+	// What the dashboard and the alerts query, scraped from the running
+	// webhook and controllers in the middle of this drain.
+	monitoredMetricsExposed(ctx, t, env)
+
 	// Shorten, then release: drainctl reads both through the downward API.
 	if out, code := kubectl("shorten", victim, "--max-wait", "4m", "-n", Namespace); code != 0 {
 		t.Fatalf("shorten: exit %d: %s", code, out)

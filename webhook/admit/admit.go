@@ -57,6 +57,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
+// reasonNamespaceUnreadable is the reason of every admission that errs.
+const reasonNamespaceUnreadable inject.Reason = "namespace-unreadable"
+
+// serves starts a webhook's error count at 0: a series born at 1 has no
+// rate() until it counts again, and the alert on failing admissions would
+// miss a webhook that fails once in a while.
+func (m *Metrics) serves(webhook string) {
+	if m != nil {
+		m.admissions.WithLabelValues(webhook, "error", string(reasonNamespaceUnreadable))
+	}
+}
+
 func (m *Metrics) observe(webhook string, start time.Time, result string, reason inject.Reason) {
 	if m == nil {
 		return
@@ -103,7 +115,7 @@ func (d *PodDefaulter) mutate(ctx context.Context, pod *corev1.Pod) (inject.Resu
 	nsName := requestNamespace(ctx, pod)
 	ns, err := namespaceOf(ctx, d.Client, nsName)
 	if err != nil {
-		d.Metrics.observe("mutate-pod", start, "error", "namespace-unreadable")
+		d.Metrics.observe("mutate-pod", start, "error", reasonNamespaceUnreadable)
 		return inject.Result{}, err
 	}
 	res, err := inject.Inject(pod, ns, d.Config)
@@ -183,6 +195,9 @@ type WorkloadValidator[T client.Object] struct {
 	Template  func(T) *corev1.PodTemplateSpec
 }
 
+// name is the webhook's name in metrics and logs.
+func (v *WorkloadValidator[T]) name() string { return "validate-" + v.Kind }
+
 // ValidateCreate checks the template of a new workload.
 func (v *WorkloadValidator[T]) ValidateCreate(ctx context.Context, obj T) (admission.Warnings, error) {
 	return v.validate(ctx, obj)
@@ -200,10 +215,10 @@ func (v *WorkloadValidator[T]) ValidateDelete(context.Context, T) (admission.War
 
 func (v *WorkloadValidator[T]) validate(ctx context.Context, obj T) (admission.Warnings, error) {
 	start := time.Now()
-	name := "validate-" + v.Kind
+	name := v.name()
 	ns, err := namespaceOf(ctx, v.Client, requestNamespace(ctx, obj))
 	if err != nil {
-		v.Metrics.observe(name, start, "error", "namespace-unreadable")
+		v.Metrics.observe(name, start, "error", reasonNamespaceUnreadable)
 		return nil, err
 	}
 	tpl := v.Template(obj)
@@ -227,6 +242,7 @@ const PodPath = "/mutate--v1-pod"
 // validating webhooks (/validate-apps-v1-<kind>) to mgr.
 func Register(mgr manager.Manager, cfg inject.Config, m *Metrics) error {
 	c := mgr.GetClient()
+	m.serves("mutate-pod")
 	mgr.GetWebhookServer().Register(PodPath, &admission.Webhook{
 		Handler:      &PodHandler{Defaulter: &PodDefaulter{Client: c, Config: cfg, Metrics: m}},
 		RecoverPanic: ptr.To(true),
@@ -239,18 +255,24 @@ func Register(mgr manager.Manager, cfg inject.Config, m *Metrics) error {
 		},
 	})
 	errs := []error{
-		builder.WebhookManagedBy(mgr, &appsv1.Deployment{}).WithValidator(&WorkloadValidator[*appsv1.Deployment]{
+		registerValidator(mgr, &appsv1.Deployment{}, &WorkloadValidator[*appsv1.Deployment]{
 			Client: c, Config: cfg, Metrics: m, Kind: "deployment", OwnerKind: "ReplicaSet",
-			Template: func(o *appsv1.Deployment) *corev1.PodTemplateSpec { return &o.Spec.Template }}).Complete(),
-		builder.WebhookManagedBy(mgr, &appsv1.StatefulSet{}).WithValidator(&WorkloadValidator[*appsv1.StatefulSet]{
+			Template: func(o *appsv1.Deployment) *corev1.PodTemplateSpec { return &o.Spec.Template }}),
+		registerValidator(mgr, &appsv1.StatefulSet{}, &WorkloadValidator[*appsv1.StatefulSet]{
 			Client: c, Config: cfg, Metrics: m, Kind: "statefulset", OwnerKind: "StatefulSet",
-			Template: func(o *appsv1.StatefulSet) *corev1.PodTemplateSpec { return &o.Spec.Template }}).Complete(),
-		builder.WebhookManagedBy(mgr, &appsv1.ReplicaSet{}).WithValidator(&WorkloadValidator[*appsv1.ReplicaSet]{
+			Template: func(o *appsv1.StatefulSet) *corev1.PodTemplateSpec { return &o.Spec.Template }}),
+		registerValidator(mgr, &appsv1.ReplicaSet{}, &WorkloadValidator[*appsv1.ReplicaSet]{
 			Client: c, Config: cfg, Metrics: m, Kind: "replicaset", OwnerKind: "ReplicaSet",
-			Template: func(o *appsv1.ReplicaSet) *corev1.PodTemplateSpec { return &o.Spec.Template }}).Complete(),
-		builder.WebhookManagedBy(mgr, &appsv1.DaemonSet{}).WithValidator(&WorkloadValidator[*appsv1.DaemonSet]{
+			Template: func(o *appsv1.ReplicaSet) *corev1.PodTemplateSpec { return &o.Spec.Template }}),
+		registerValidator(mgr, &appsv1.DaemonSet{}, &WorkloadValidator[*appsv1.DaemonSet]{
 			Client: c, Config: cfg, Metrics: m, Kind: "daemonset", OwnerKind: "DaemonSet",
-			Template: func(o *appsv1.DaemonSet) *corev1.PodTemplateSpec { return &o.Spec.Template }}).Complete(),
+			Template: func(o *appsv1.DaemonSet) *corev1.PodTemplateSpec { return &o.Spec.Template }}),
 	}
 	return errors.Join(errs...)
+}
+
+// registerValidator serves v for its workloads, its metrics started.
+func registerValidator[T client.Object](mgr manager.Manager, obj T, v *WorkloadValidator[T]) error {
+	v.Metrics.serves(v.name())
+	return builder.WebhookManagedBy(mgr, obj).WithValidator(v).Complete()
 }

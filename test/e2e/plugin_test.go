@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/cookiejar"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -97,6 +98,35 @@ func pluginOnARealDrain(t *testing.T, opts Options) {
 	out, _ = kubectl("status", "-A")
 	t.Logf("kubectl stickydrain status -A:\n%s", out)
 	golden.Compare(t, filepath.Join("testdata", "plugin-status.golden"), []byte(strings.ReplaceAll(normalizePluginTable(out), victim, "<pod>")))
+
+	// -w: refreshed until interrupted, each refresh stamped and naming the
+	// draining pod; Ctrl-C ends it with 0.
+	// (Its output goes to a file: the process writes while the test reads.)
+	watchOut, err := os.Create(filepath.Join(t.TempDir(), "status-w.out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watchOut.Close()
+	watched := func() string { b, _ := os.ReadFile(watchOut.Name()); return string(b) }
+	w := exec.CommandContext(ctx, bin, "--kubeconfig", env.Cluster.KubeconfigPath, "status", "-w", "--interval", "1s", "-n", Namespace)
+	w.Stdout, w.Stderr = watchOut, watchOut
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "status -w refreshed twice", func() bool { return strings.Count(watched(), "\n\n") >= 2 })
+	if err := w.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(); err != nil {
+		t.Errorf("status -w interrupted: %v, want exit 0\n%s", err, watched())
+	}
+	refreshes := strings.Split(strings.TrimSpace(watched()), "\n\n")
+	for i, r := range refreshes {
+		stamp, table, _ := strings.Cut(r, "\n")
+		if _, err := time.Parse(time.RFC3339, stamp); err != nil || !strings.Contains(table, victim) || !strings.Contains(table, "draining") {
+			t.Errorf("status -w refresh %d of %d: want a time stamp, then %s draining:\n%s", i+1, len(refreshes), victim, r)
+		}
+	}
 
 	// What the dashboard and the alerts query, scraped from the running
 	// webhook and controllers in the middle of this drain.

@@ -148,6 +148,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		terminal := isTerminal(stdout)
 		for {
 			statuses, err := c.Status(ctx, ns)
+			if err != nil && *watch && ctx.Err() != nil {
+				return exitOK // interrupted in the middle of a refresh
+			}
 			if err != nil {
 				return fail(err)
 			}

@@ -27,10 +27,12 @@ import (
 
 // pluginOnARealDrain runs `kubectl stickydrain` as an operator does, on a
 // real node (pods' logs and exec through the API server and the kubelet):
-// check on a well-set-up app, then status while one pod drains a user's
-// session (sessions left from its drainctl's log, drained on both HAProxy
-// instances from the controller's Events), shorten, and release, which
-// ends the drain with the session still open.
+// check on a well-set-up app, then status (once, and -w) during a rollout
+// in which the old pod holding a user's session drains it (sessions left
+// from its drainctl's log, drained on both HAProxy instances from the
+// controller's Events), the metrics the dashboard and alerts query scraped
+// meanwhile, shorten, and release, which ends the drain with the session
+// still open; then check on planted misconfigurations.
 func pluginOnARealDrain(t *testing.T, opts Options) {
 	ctx, env := startEnv(t, opts)
 	bin, err := env.bins.Build("github.com/stickydrain/stickydrain/plugin/cmd/kubectl-stickydrain")
@@ -70,8 +72,10 @@ func pluginOnARealDrain(t *testing.T, opts Options) {
 		t.Fatalf("login: %d %v", code, err)
 	}
 	victim := r.Pod
-	deleted := time.Now()
-	if err := env.Cluster.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: victim}}); err != nil {
+	// A rollout, as an operator watches one: both v1 pods are replaced;
+	// the one holding the session drains it, the other has none.
+	rolled := time.Now()
+	if err := env.Rollout(ctx, "v2"); err != nil {
 		t.Fatal(err)
 	}
 	status := func() []plugin.PodStatus {
@@ -89,7 +93,7 @@ func pluginOnARealDrain(t *testing.T, opts Options) {
 			t.Logf("the last status: %s", b)
 		}
 	}()
-	waitUntil(t, ctx, victim+" draining its one session on both HAProxy instances, as status says", func() bool {
+	waitUntil(t, ctx, "the rollout done but for "+victim+", draining its one session on both HAProxy instances, as status says", func() bool {
 		ps := status()
 		last = ps
 		return len(ps) == 1 && ps[0].Pod == victim && ps[0].Sessions != nil && *ps[0].Sessions == 1 && ps[0].Verdict == "draining" &&
@@ -155,7 +159,7 @@ func pluginOnARealDrain(t *testing.T, opts Options) {
 		var p corev1.Pod
 		return apierrors.IsNotFound(env.Cluster.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: victim}, &p))
 	})
-	t.Logf("%s: deleted, drained, shortened and released in %v (its session still open; max-wait was 5m)", victim, time.Since(deleted).Round(time.Second))
+	t.Logf("%s: rolled out, drained, shortened and released in %v (its session still open; max-wait was 5m)", victim, time.Since(rolled).Round(time.Second))
 	if out, _ := kubectl("status", "-n", Namespace); !strings.Contains(out, "No terminating opted-in pods.") {
 		t.Errorf("status once it is gone:\n%s", out)
 	}

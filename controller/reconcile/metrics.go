@@ -90,15 +90,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	// Every result at 0 from the start: a series born at 1 has no
 	// increase() and no rate() until it counts again, and the alert on a
 	// refused configuration would miss the first refusal.
-	for _, result := range ConfigResults() {
+	for _, result := range configResults() {
 		m.configs.WithLabelValues(result)
 	}
 	return m, nil
 }
 
-// ConfigResults are the results a change of the configuration file is
+// configResults are the results a change of the configuration file is
 // counted by (ConfigChange).
-func ConfigResults() []string { return []string{"applied", "invalid", "revoking", "error"} }
+func configResults() []string { return []string{"applied", "invalid", "revoking", "error"} }
 
 // loadBalancers starts the counters of cfg's load balancers at 0 (lb
 // errors by call, refusals by reason), so that the first error or refusal

@@ -226,8 +226,9 @@ const (
 // unix socket (no file, nothing to mount), in the pod's network namespace,
 // so only the pod's own processes reach it (`drainctl release`, `drainctl
 // shorten`, run with kubectl exec: what kubectl stickydrain does). drainctl
-// appends "/" and its PID namespace's inode, which an exec into the
-// container shares: pods with hostNetwork share the socket namespace.
+// appends "/" and its mount namespace's inode, which an exec into the
+// container shares and no other container has: pods with hostNetwork share
+// the socket namespace, pods with hostPID the PID namespace too.
 const ControlSocket = "@stickydrain.io/drainctl"
 
 // The control socket's requests, one line each; the answer is one line,

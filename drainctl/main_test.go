@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -682,5 +683,86 @@ func TestReleaseAndShortenReachADrainUnderWay(t *testing.T) {
 	}
 	if r.duration > 10*time.Second {
 		t.Errorf("released after %v; want within a few seconds", r.duration)
+	}
+}
+
+// TestReleaseReachesOnlyItsOwnContainersDrain: two pods with hostNetwork
+// and hostPID on one node (one network namespace, one PID namespace; each
+// container its own mount namespace, as every runtime gives it): a release
+// run in the second container (kubectl exec) ends the second drain, not
+// the first.
+func TestReleaseReachesOnlyItsOwnContainersDrain(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network and mount namespaces")
+	}
+	execIn := func(pid int, args ...string) run {
+		cmd := exec.Command("nsenter", append([]string{"--net=/proc/" + strconv.Itoa(pid) + "/ns/net", "--mount=/proc/" + strconv.Itoa(pid) + "/ns/mnt", binary}, args...)...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		r := run{stdout: stdout.String(), stderr: stderr.String()}
+		if ee, ok := err.(*exec.ExitError); ok {
+			r.code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	release := func(pid int) run {
+		var got run
+		for i := 0; i < 50; i++ { // the socket listens from the start; retry until it does
+			if got = execIn(pid, "release"); !strings.Contains(got.stderr, "no drain runs") {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return got
+	}
+	first := drainctlWithAttr(t, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS}, func(p *os.Process) {
+		// The second pod's container: the first's network, the node's
+		// PID namespace, a mount namespace of its own.
+		secondLog := filepath.Join(t.TempDir(), "second.log")
+		second := exec.Command("nsenter", "--net=/proc/"+strconv.Itoa(p.Pid)+"/ns/net", "unshare", "--mount", binary, "wait", "--log-file", secondLog, "--max-wait", "1h")
+		if err := second.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer second.Process.Kill()
+		// nsenter and unshare exec: the process is drainctl's, once it runs.
+		var pid int
+		for i := 0; i < 100 && pid == 0; i++ {
+			if exe, _ := os.Readlink("/proc/" + strconv.Itoa(second.Process.Pid) + "/exe"); exe == binary {
+				pid = second.Process.Pid
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if pid == 0 {
+			t.Fatal("the second drain never started")
+		}
+		if got := release(pid); got.code != 0 || strings.TrimSpace(got.stdout) != "ok: released" {
+			t.Errorf("release in the second container: exit %d, %q %q", got.code, got.stdout, got.stderr)
+		}
+		done := make(chan error, 1)
+		go func() { done <- second.Wait() }()
+		select {
+		case err := <-done:
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != api.ExitReleased {
+				b, _ := os.ReadFile(secondLog)
+				t.Errorf("the second drain: %v, want exit %d (released)\n%s", err, api.ExitReleased, b)
+			}
+		case <-time.After(10 * time.Second):
+			b, _ := os.ReadFile(secondLog)
+			t.Errorf("the second drain still runs 10s after its release\n%s", b)
+		}
+		// The first still drains: released only now, in its own container.
+		if err := p.Signal(syscall.Signal(0)); err != nil {
+			t.Errorf("the first drain ended with the second's release: %v", err)
+		}
+		if got := release(p.Pid); got.code != 0 || strings.TrimSpace(got.stdout) != "ok: released" {
+			t.Errorf("release in the first container: exit %d, %q %q", got.code, got.stdout, got.stderr)
+		}
+	}, "wait", "--max-wait", "1h")
+	if first.code != api.ExitReleased {
+		t.Fatalf("the first drain: exit %d, want %d (released)\n%s", first.code, api.ExitReleased, first.log)
 	}
 }

@@ -57,16 +57,18 @@ func DefaultEnv() Env {
 	}
 }
 
-// controlSocket is api.ControlSocket qualified by the PID namespace, which
-// `kubectl exec` into the container shares with its drainctl wait: pods
-// with hostNetwork share one abstract socket namespace, and must not reach
-// each other's drains.
+// controlSocket is api.ControlSocket qualified by the container's mount
+// namespace, which `kubectl exec` into the container (and the kubelet's
+// preStop exec) shares with its drainctl wait, and no other container
+// does: pods with hostNetwork share one abstract socket namespace, pods
+// with hostPID one PID namespace too, and must not reach each other's
+// drains.
 func controlSocket() string {
-	ns, err := os.Readlink("/proc/self/ns/pid")
+	ns, err := os.Readlink("/proc/self/ns/mnt")
 	if err != nil {
 		return api.ControlSocket
 	}
-	return api.ControlSocket + "/" + strings.Trim(strings.TrimPrefix(ns, "pid:"), "[]")
+	return api.ControlSocket + "/" + strings.Trim(strings.TrimPrefix(ns, "mnt:"), "[]")
 }
 
 // Main runs drainctl with args (without the program name).

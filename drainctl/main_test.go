@@ -627,20 +627,27 @@ func inPodNetns(t *testing.T, during func(exec func(args ...string) run), args .
 		t.Skip("needs root for a network namespace")
 	}
 	return drainctlWithAttr(t, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}, func(p *os.Process) {
-		during(func(args ...string) run {
-			cmd := exec.Command("nsenter", append([]string{"--net=/proc/" + strconv.Itoa(p.Pid) + "/ns/net", binary}, args...)...)
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			err := cmd.Run()
-			r := run{stdout: stdout.String(), stderr: stderr.String()}
-			if ee, ok := err.(*exec.ExitError); ok {
-				r.code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			return r
-		})
+		during(func(args ...string) run { return nsenter(t, p.Pid, []string{"--net"}, args...) })
 	}, args...)
+}
+
+// nsenter runs drainctl with args in the namespaces of process pid that
+// flags name (nsenter's --net, --mount), as kubectl exec into its
+// container does.
+func nsenter(t *testing.T, pid int, flags []string, args ...string) run {
+	t.Helper()
+	flags = append([]string{"--target", strconv.Itoa(pid)}, flags...)
+	cmd := exec.Command("nsenter", append(append(flags, binary), args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := run{stdout: stdout.String(), stderr: stderr.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 func TestReleaseAndShortenReachADrainUnderWay(t *testing.T) {
@@ -695,23 +702,10 @@ func TestReleaseReachesOnlyItsOwnContainersDrain(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network and mount namespaces")
 	}
-	execIn := func(pid int, args ...string) run {
-		cmd := exec.Command("nsenter", append([]string{"--net=/proc/" + strconv.Itoa(pid) + "/ns/net", "--mount=/proc/" + strconv.Itoa(pid) + "/ns/mnt", binary}, args...)...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		r := run{stdout: stdout.String(), stderr: stderr.String()}
-		if ee, ok := err.(*exec.ExitError); ok {
-			r.code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
 	release := func(pid int) run {
 		var got run
 		for i := 0; i < 50; i++ { // the socket listens from the start; retry until it does
-			if got = execIn(pid, "release"); !strings.Contains(got.stderr, "no drain runs") {
+			if got = nsenter(t, pid, []string{"--net", "--mount"}, "release"); !strings.Contains(got.stderr, "no drain runs") {
 				break
 			}
 			time.Sleep(50 * time.Millisecond)

@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -171,18 +174,28 @@ func MonitoredMetrics() ([]string, error) {
 }
 
 // ExposedNames are the names of the samples in Prometheus text
-// exposition body (a histogram's _bucket, _sum and _count each).
-func ExposedNames(body string) map[string]bool {
+// exposition body, read with Prometheus' own parser (a histogram's
+// _bucket, _sum and _count each, a summary's _sum and _count).
+func ExposedNames(body string) (map[string]bool, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("the metrics do not parse as Prometheus text: %w", err)
+	}
 	out := map[string]bool{}
-	for _, line := range strings.Split(body, "\n") {
-		if line == "" || strings.HasPrefix(line, "#") {
+	for name, f := range families {
+		if len(f.GetMetric()) == 0 {
 			continue
 		}
-		if i := strings.IndexAny(line, "{ "); i > 0 {
-			out[line[:i]] = true
+		out[name] = true
+		switch f.GetType() {
+		case dto.MetricType_HISTOGRAM:
+			out[name+"_bucket"], out[name+"_sum"], out[name+"_count"] = true, true, true
+		case dto.MetricType_SUMMARY:
+			out[name+"_sum"], out[name+"_count"] = true, true
 		}
 	}
-	return out
+	return out, nil
 }
 
 // monitoredMetricsExposed asserts that every metric the shipped dashboard
@@ -219,7 +232,12 @@ func monitoredMetricsExposed(ctx context.Context, t *testing.T, env *Env) {
 			t.Errorf("scrape of 127.0.0.1:%d: status %d, %v", port, status, err)
 			continue
 		}
-		maps.Copy(exposed, ExposedNames(body))
+		names, err := ExposedNames(body)
+		if err != nil {
+			t.Errorf("scrape of 127.0.0.1:%d: %v", port, err)
+			continue
+		}
+		maps.Copy(exposed, names)
 	}
 	var missing []string
 	for _, name := range want {

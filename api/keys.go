@@ -204,6 +204,38 @@ const (
 	ReasonConfigurationRefused = "ConfigurationChangeRefused"
 )
 
+// Reasons of the Events the controller records on HTTPRoutes and
+// GRPCRoutes behind Envoy Gateway (configuration envoyGateway), one per
+// sticky rule (sessionPersistence) when its outcome changes, and on the
+// Gateway.
+const (
+	// ReasonStickyThroughDrains (Normal): the rule's sessions stay on a
+	// terminating pod until its drain ends (its cluster lets a session
+	// reach a DRAINING endpoint).
+	ReasonStickyThroughDrains = "StickyThroughDrains"
+	// ReasonRouteNotAllowed: the route's namespace is not in the
+	// Gateway's allowedNamespaces.
+	ReasonRouteNotAllowed = "RouteNotAllowed"
+	// ReasonBackendNotOptedIn: a backend of the rule is not a Service
+	// whose pods carry the drain.
+	ReasonBackendNotOptedIn = "BackendNotOptedIn"
+	// ReasonActiveHealthCheck: a BackendTrafficPolicy checks the route's
+	// backends actively; the rule is not kept (activeHealthChecks: refuse,
+	// the default) or is kept at a cost (allow).
+	ReasonActiveHealthCheck = "ActiveHealthCheck"
+	// ReasonPolicyConflict (on the Gateway): an EnvoyPatchPolicy named
+	// stickydrain-<gateway> exists that the controller did not create; it
+	// is left alone and nothing is kept sticky on that Gateway.
+	ReasonPolicyConflict = "EnvoyPatchPolicyConflict"
+)
+
+// ManagedByLabel and ManagedByValue mark the objects the controller
+// creates (an EnvoyPatchPolicy), so that it never changes one it did not.
+const (
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedByValue = "stickydrain"
+)
+
 // ReasonDryRun, on a dry-run pod (the webhook): what it would have
 // injected, or why it would have refused the pod.
 const ReasonDryRun = "DrainDryRun"

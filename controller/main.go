@@ -22,6 +22,7 @@ import (
 
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/drivers"
+	"github.com/stickydrain/stickydrain/controller/envoygateway"
 	"github.com/stickydrain/stickydrain/controller/reconcile"
 	"github.com/stickydrain/stickydrain/internal/bootstrap"
 	"github.com/stickydrain/stickydrain/internal/cmdline"
@@ -127,9 +128,20 @@ func Run(ctx context.Context, o Options) error {
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the controller: %w", err)
 	}
+	var eg *envoygateway.Reconciler
+	if envoygateway.Enabled(cfg) {
+		em, err := envoygateway.NewMetrics(metrics.Registry)
+		if err != nil {
+			return fmt.Errorf("registering metrics: %w", err)
+		}
+		eg = &envoygateway.Reconciler{Client: mgr.GetClient(), Config: cfg, Recorder: mgr.GetEventRecorder("stickydrain-controller"), Metrics: em}
+		if err := eg.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up the Envoy Gateway integration: %w", err)
+		}
+	}
 	// A changed configuration file is validated; a bad one is refused and
 	// the running configuration kept.
-	w := configWatcher{path: o.configPath, loaded: raw, types: lbTypes, r: r, m: m, log: log}
+	w := configWatcher{path: o.configPath, loaded: raw, types: lbTypes, r: r, eg: eg, m: m, log: log}
 	if err := mgr.Add(manager.RunnableFunc(w.run)); err != nil {
 		return fmt.Errorf("adding the configuration watcher: %w", err)
 	}
@@ -149,8 +161,11 @@ type configWatcher struct {
 	loaded []byte
 	types  config.TypeChecker
 	r      *reconcile.Reconciler
-	m      *reconcile.Metrics
-	log    logr.Logger
+	// eg is the Envoy Gateway integration, nil when the configuration at
+	// start had none.
+	eg  *envoygateway.Reconciler
+	m   *reconcile.Metrics
+	log logr.Logger
 	// refusal is what the last refused change would have taken.
 	refusal string
 }
@@ -195,6 +210,16 @@ func (w *configWatcher) apply(ctx context.Context, c *config.Config) bool {
 		w.m.ConfigChange("error")
 		w.log.Error(err, "applying the configuration change; trying again", "config", w.path)
 		return false
+	}
+	switch {
+	case w.eg != nil:
+		if err := w.eg.SetConfig(ctx, c); err != nil {
+			w.m.ConfigChange("error")
+			w.log.Error(err, "applying the configuration change to the Envoy Gateway integration; trying again", "config", w.path)
+			return false
+		}
+	case envoygateway.Enabled(c):
+		w.log.Error(errors.New("envoyGateway was added after start"), "restart the controller to start the Envoy Gateway integration (it watches Gateway API objects only when the configuration at start lists gateways); the rest of the change applies", "config", w.path)
 	}
 	w.m.ConfigChange("applied")
 	w.log.Info("configuration reloaded", "config", w.path, "loadBalancers", len(c.LoadBalancers))

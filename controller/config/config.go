@@ -60,7 +60,50 @@ type Config struct {
 	// when it no longer passes its readiness probe. Default false: it is
 	// marked down.
 	KeepDrainingWhenNotServing bool `json:"keepDrainingWhenNotServing,omitempty"`
+	// EnvoyGateway lists the Envoy Gateway Gateways whose sticky route
+	// rules (sessionPersistence) keep their sessions on draining pods: the
+	// controller keeps one EnvoyPatchPolicy per Gateway that lets those
+	// rules' clusters route a session's cookie to a DRAINING endpoint.
+	// Empty: none (the controller does not watch Gateway API objects).
+	EnvoyGateway *EnvoyGateway `json:"envoyGateway,omitempty"`
 }
+
+// EnvoyGateway is the Envoy Gateway integration (docs/ingress.md, "Envoy
+// Gateway").
+type EnvoyGateway struct {
+	// Gateways are the Gateways whose routes are kept sticky through
+	// drains, each with the namespaces whose routes may be.
+	Gateways []Gateway `json:"gateways"`
+}
+
+// Gateway is one Gateway (gateway.networking.k8s.io) served by Envoy
+// Gateway.
+type Gateway struct {
+	// Namespace and Name name the Gateway. Its EnvoyPatchPolicy,
+	// stickydrain-<name>, is kept in this namespace (Envoy Gateway applies
+	// a policy only to a Gateway of its own namespace).
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// AllowedNamespaces are the namespaces whose HTTPRoutes and GRPCRoutes
+	// on this Gateway may be kept sticky through drains. Unset: none (a
+	// route of another namespace gets a RouteNotAllowed Event).
+	AllowedNamespaces *Namespaces `json:"allowedNamespaces,omitempty"`
+	// ActiveHealthChecks says what to do with a sticky rule whose route an
+	// active health check covers (a BackendTrafficPolicy with
+	// healthCheck.active): Envoy treats a host failing an active health
+	// check like a DRAINING one in this setting (envoy issue 23213), so
+	// allowing DRAINING would also send sessions to failing hosts.
+	// "refuse" (default): the rule is left as Envoy Gateway made it, with a
+	// Warning Event on the route; "allow": the rule gets the setting
+	// anyway, with a Warning Event saying what it costs.
+	ActiveHealthChecks string `json:"activeHealthChecks,omitempty"`
+}
+
+// Values of Gateway.ActiveHealthChecks.
+const (
+	ActiveHealthChecksRefuse = "refuse"
+	ActiveHealthChecksAllow  = "allow"
+)
 
 // LoadBalancer is one load balancer and how to reach its instances.
 type LoadBalancer struct {
@@ -250,6 +293,13 @@ func Parse(b []byte, types TypeChecker) (*Config, error) {
 			c.LoadBalancers[i].Timeout.Duration = 5 * time.Second
 		}
 	}
+	if c.EnvoyGateway != nil {
+		for i := range c.EnvoyGateway.Gateways {
+			if c.EnvoyGateway.Gateways[i].ActiveHealthChecks == "" {
+				c.EnvoyGateway.Gateways[i].ActiveHealthChecks = ActiveHealthChecksRefuse
+			}
+		}
+	}
 	if err := c.Validate(types); err != nil {
 		return nil, err
 	}
@@ -309,8 +359,40 @@ func (c *Config) Validate(types TypeChecker) error {
 			}
 		}
 	}
+	if eg := c.EnvoyGateway; eg != nil {
+		if len(eg.Gateways) == 0 {
+			bad("envoyGateway.gateways", "empty; want [{namespace, name, allowedNamespaces}], or leave envoyGateway out")
+		}
+		seenGW := map[string]bool{}
+		for i, g := range eg.Gateways {
+			f := fmt.Sprintf("envoyGateway.gateways[%d]", i)
+			if !nameRE.MatchString(g.Namespace) {
+				bad(f+".namespace", "%q is not a namespace name (a DNS label)", g.Namespace)
+			}
+			if !objectNameRE.MatchString(g.Name) || len(g.Name) > 253-len(GatewayPolicyPrefix) {
+				bad(f+".name", "%q is not a Gateway name (lower-case letters, digits, - and ., at most %d characters)", g.Name, 253-len(GatewayPolicyPrefix))
+			}
+			key := g.Namespace + "/" + g.Name
+			if seenGW[key] {
+				bad(f, "Gateway %s is listed twice", key)
+			}
+			seenGW[key] = true
+			validateNamespaces(f+".allowedNamespaces", g.AllowedNamespaces, bad)
+			switch g.ActiveHealthChecks {
+			case "", ActiveHealthChecksRefuse, ActiveHealthChecksAllow:
+			default:
+				bad(f+".activeHealthChecks", "%q: want refuse or allow", g.ActiveHealthChecks)
+			}
+		}
+	}
 	return errors.Join(errs...)
 }
+
+// GatewayPolicyPrefix begins the name of the EnvoyPatchPolicy the
+// controller keeps for a Gateway: stickydrain-<gateway>.
+const GatewayPolicyPrefix = "stickydrain-"
+
+var objectNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$`)
 
 // UpstreamNameRE is what an upstream name may be (an HAProxy backend or
 // NGINX Plus upstream name): no spaces, ';', '/' or ','.
@@ -403,6 +485,16 @@ func (c *Config) Warnings() []string {
 		}
 		if lb.AllowEndpointsWithoutPods && len(lb.AllowedCIDRs) == 0 {
 			out = append(out, fmt.Sprintf("load balancer %s takes endpoints without Pods from any address (allowEndpointsWithoutPods without allowedCIDRs): bound them with allowedCIDRs", lb.Name))
+		}
+	}
+	if c.EnvoyGateway != nil {
+		for _, g := range c.EnvoyGateway.Gateways {
+			if g.AllowedNamespaces == nil {
+				out = append(out, fmt.Sprintf("Gateway %s/%s allows no namespace: no route on it is kept sticky through drains (RouteNotAllowed) until allowedNamespaces says whose may", g.Namespace, g.Name))
+			}
+			if g.ActiveHealthChecks == ActiveHealthChecksAllow {
+				out = append(out, fmt.Sprintf("Gateway %s/%s: activeHealthChecks allow: sessions of a health-checked sticky rule also stay on a host failing its active health check (envoy issue 23213)", g.Namespace, g.Name))
+			}
 		}
 	}
 	return out

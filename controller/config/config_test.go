@@ -56,6 +56,12 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"bad upstream name", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: \"sh op\", owner: a/b}]}]", `loadBalancers[0].upstreams[0].name: "sh op" is not an upstream name`},
 		{"bad CIDR", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedCIDRs: [10.0.0.1/8]}]", `loadBalancers[0].allowedCIDRs[0]: "10.0.0.1/8" is not a network in CIDR form`},
 		{"bad duration", "resync: soon\nloadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}}]", `"soon" is not a duration`},
+		{"gateway without namespace", "envoyGateway: {gateways: [{name: public}]}", `envoyGateway.gateways[0].namespace: "" is not a namespace name`},
+		{"bad gateway name", "envoyGateway: {gateways: [{namespace: gw, name: Public}]}", `envoyGateway.gateways[0].name: "Public" is not a Gateway name`},
+		{"gateway twice", "envoyGateway: {gateways: [{namespace: gw, name: a}, {namespace: gw, name: a}]}", "envoyGateway.gateways[1]: Gateway gw/a is listed twice"},
+		{"no gateways", "envoyGateway: {gateways: []}", "envoyGateway.gateways: empty; want [{namespace, name, allowedNamespaces}]"},
+		{"bad health-check choice", "envoyGateway: {gateways: [{namespace: gw, name: a, activeHealthChecks: warn}]}", `envoyGateway.gateways[0].activeHealthChecks: "warn": want refuse or allow`},
+		{"gateway namespaces empty", "envoyGateway: {gateways: [{namespace: gw, name: a, allowedNamespaces: {}}]}", "envoyGateway.gateways[0].allowedNamespaces: empty; want names"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,6 +70,31 @@ func TestParseErrorsNameTheField(t *testing.T) {
 				t.Fatalf("error %v, want one containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestEnvoyGatewayDefaultsAndWarnings(t *testing.T) {
+	c, err := config.Parse([]byte(`
+envoyGateway:
+  gateways:
+    - {namespace: gw, name: public, allowedNamespaces: {names: [shop]}}
+    - {namespace: gw, name: closed}
+    - {namespace: gw, name: checked, allowedNamespaces: {all: true}, activeHealthChecks: allow}
+`), drivers.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.EnvoyGateway.Gateways[0].ActiveHealthChecks; got != config.ActiveHealthChecksRefuse {
+		t.Errorf("activeHealthChecks defaults to %q, want refuse", got)
+	}
+	ws := strings.Join(c.Warnings(), "\n")
+	for _, want := range []string{"Gateway gw/closed allows no namespace", "Gateway gw/checked: activeHealthChecks allow"} {
+		if !strings.Contains(ws, want) {
+			t.Errorf("warnings %q lack %q", ws, want)
+		}
+	}
+	if strings.Contains(ws, "gw/public") {
+		t.Errorf("warnings %q name gw/public, which is set as it should be", ws)
 	}
 }
 

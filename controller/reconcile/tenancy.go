@@ -33,7 +33,8 @@ func action(verb, what string) string {
 
 // CacheOptions are the manager's cache options the Reconciler expects:
 // Pods are cached with only what tells an endpoint's Pod and its
-// addresses apart, so that a cluster's Pods cost little memory.
+// addresses apart, and whether the webhook injected it, so that a
+// cluster's Pods cost little memory.
 func CacheOptions() cache.Options {
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.Pod{}: {Transform: stripPod},
@@ -45,8 +46,14 @@ func stripPod(o any) (any, error) {
 	if !ok {
 		return o, nil
 	}
+	var ann map[string]string
+	if v, ok := p.Annotations[api.AnnotationStatus]; ok {
+		// Whether the webhook injected the drain (read by the Envoy
+		// Gateway integration).
+		ann = map[string]string{api.AnnotationStatus: v}
+	}
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion, DeletionTimestamp: p.DeletionTimestamp},
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion, DeletionTimestamp: p.DeletionTimestamp, Annotations: ann},
 		Status:     corev1.PodStatus{PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs},
 	}, nil
 }

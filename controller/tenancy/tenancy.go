@@ -13,6 +13,10 @@
 //	  load balancer has allowedNamespaces    its namespaces         else NamespaceNotAllowed
 //	  neither                                nobody                 NoRule
 //
+//	route (an HTTPRoute or GRPCRoute on a Gateway of envoyGateway.gateways)
+//	  gateway has allowedNamespaces          its namespaces         else NamespaceNotAllowed
+//	  none                                   nobody                 NoRule
+//
 //	endpoint (an address of a Service that owns the upstream)
 //	  allowedCIDRs set, address outside      refused                OutsideCIDRs
 //	  a Pod's own address, same namespace    allowed
@@ -74,6 +78,9 @@ type Verdict struct {
 // Policy is the compiled tenancy rules of a configuration.
 type Policy struct {
 	lbs map[string]*lbRules
+	// gateways are the Envoy Gateway Gateways' route rules; a nil rule
+	// allows no namespace.
+	gateways map[types.NamespacedName]*nsRule
 }
 
 type lbRules struct {
@@ -100,7 +107,16 @@ type nsRule struct {
 
 // New compiles the rules of a validated configuration.
 func New(cfg *config.Config) (*Policy, error) {
-	p := &Policy{lbs: map[string]*lbRules{}}
+	p := &Policy{lbs: map[string]*lbRules{}, gateways: map[types.NamespacedName]*nsRule{}}
+	if eg := cfg.EnvoyGateway; eg != nil {
+		for _, g := range eg.Gateways {
+			r, err := compile("envoyGateway.gateways["+g.Namespace+"/"+g.Name+"].allowedNamespaces", g.AllowedNamespaces)
+			if err != nil {
+				return nil, err
+			}
+			p.gateways[types.NamespacedName{Namespace: g.Namespace, Name: g.Name}] = r
+		}
+	}
 	for _, lb := range cfg.LoadBalancers {
 		f := "loadBalancers[" + lb.Name + "]"
 		r := &lbRules{name: lb.Name, upstreams: map[string]*upRule{}, withoutPods: lb.AllowEndpointsWithoutPods}
@@ -167,7 +183,28 @@ func (p *Policy) NeedsNamespaceLabels() bool {
 			}
 		}
 	}
+	for _, g := range p.gateways {
+		if g != nil && g.selector != nil {
+			return true
+		}
+	}
 	return false
+}
+
+// Route decides whether the route (an HTTPRoute or GRPCRoute), in a
+// namespace with the labels nsLabels, may have its sticky rules kept on
+// draining pods by the Gateway gw.
+func (p *Policy) Route(gw, route types.NamespacedName, nsLabels map[string]string) Verdict {
+	target := "Gateway " + gw.String()
+	r, ok := p.gateways[gw]
+	if !ok {
+		return Verdict{Reason: NoRule, Rule: "envoyGateway.gateways", Message: fmt.Sprintf("%s is not in envoyGateway.gateways", target)}
+	}
+	if r == nil {
+		return Verdict{Reason: NoRule, Rule: "envoyGateway.gateways[" + gw.String() + "].allowedNamespaces", Message: fmt.Sprintf(
+			"%s allows no namespace: the operator has not set its allowedNamespaces in envoyGateway.gateways, so no route on it is kept sticky through drains", target)}
+	}
+	return r.decide(target, route, nsLabels)
 }
 
 // Claim decides whether the Service svc, in a namespace with the labels

@@ -32,6 +32,10 @@ loadBalancers:
     allowedNamespaces: {all: true}
     allowEndpointsWithoutPods: true
     allowedCIDRs: [198.18.0.0/15, "fd00::/64"]
+envoyGateway:
+  gateways:
+    - {namespace: gw, name: public, allowedNamespaces: {names: [shop], selector: {matchLabels: {tenant: web}}}}
+    - {namespace: gw, name: closed}
 `
 
 func policy(t *testing.T) *Policy {
@@ -122,6 +126,35 @@ func TestEndpoint(t *testing.T) {
 		}
 		if !v.Allowed && (v.Message == "" || !strings.Contains(v.Message, tt.e.Addr.String())) {
 			t.Errorf("%s: message %q does not name the address", tt.name, v.Message)
+		}
+	}
+}
+
+func TestRoute(t *testing.T) {
+	p := policy(t)
+	if !p.NeedsNamespaceLabels() {
+		t.Error("a Gateway's selector needs namespace labels")
+	}
+	web := map[string]string{"tenant": "web"}
+	tests := []struct {
+		gw, ns string
+		labels map[string]string
+		want   Reason // "" allowed
+		rule   string
+	}{
+		{"public", "shop", nil, "", "envoyGateway.gateways[gw/public].allowedNamespaces"},
+		{"public", "blog", web, "", "envoyGateway.gateways[gw/public].allowedNamespaces"},
+		{"public", "evil", map[string]string{"tenant": "other"}, NamespaceNotAllowed, "envoyGateway.gateways[gw/public].allowedNamespaces"},
+		{"closed", "shop", web, NoRule, "envoyGateway.gateways[gw/closed].allowedNamespaces"},
+		{"other", "shop", nil, NoRule, "envoyGateway.gateways"},
+	}
+	for _, tt := range tests {
+		v := p.Route(types.NamespacedName{Namespace: "gw", Name: tt.gw}, types.NamespacedName{Namespace: tt.ns, Name: "r"}, tt.labels)
+		if v.Allowed != (tt.want == "") || v.Reason != tt.want || v.Rule != tt.rule {
+			t.Errorf("route %s/r on gw/%s: %+v, want reason %q rule %s", tt.ns, tt.gw, v, tt.want, tt.rule)
+		}
+		if !v.Allowed && !strings.Contains(v.Message, "gw/"+tt.gw) {
+			t.Errorf("route %s/r on gw/%s: message %q does not name the Gateway", tt.ns, tt.gw, v.Message)
 		}
 	}
 }

@@ -6,7 +6,7 @@
 #   <peer> <version> <executable> [<resources directory>]
 #
 # Skips a peer whose executable is already there. Usage: build.sh [PEER...]
-# (default: haproxy-ingress traefik).
+# (default: haproxy-ingress traefik envoy-gateway).
 #
 #   haproxy-ingress  v0.16.1 (test/peers/haproxy-ingress/go.mod); cold ~2 min.
 #                    Its resources directory holds the module's rootfs/
@@ -15,6 +15,13 @@
 #                    Built from a copy of its tools module in the cache with
 #                    go-acme/lego/v5 replaced by a copy that leaves out the
 #                    DNS providers whose SDKs the module proxy refuses.
+#   envoy-gateway    v1.9.1 (test/peers/envoy-gateway/go.mod); cold ~5 min.
+#                    Not Envoy Gateway's binaries: stickydrain-eg-translate
+#                    (test/peers/envoy-gateway/translate), which runs Envoy
+#                    Gateway's own translators, built inside a copy of its
+#                    module (they are internal packages). Its resources
+#                    directory holds the Gateway API and Envoy Gateway CRDs
+#                    the tests install, from the same module.
 #
 #   STICKYDRAIN_CACHE   cache root (default: $XDG_CACHE_HOME or $HOME/.cache, /stickydrain)
 set -euo pipefail
@@ -87,14 +94,44 @@ traefik() {
 	echo "traefik $v $dir/traefik"
 }
 
+envoy_gateway() {
+	local v dir src sum
+	v="$(version "$here/envoy-gateway" github.com/envoyproxy/gateway)"
+	# The translator is ours: its source is part of the cache key.
+	sum="$(sha256sum "$here/envoy-gateway/translate/main.go" | cut -c1-12)"
+	dir="$cache_root/envoy-gateway-$v-$sum"
+	if [[ ! -x "$dir/stickydrain-eg-translate" ]]; then
+		mkdir -p "$dir"
+		local tmp start=$SECONDS
+		tmp="$(mktemp -d "$dir/.build.XXXXXX")"
+		log "building Envoy Gateway $v's translators into $dir (about 5 minutes cold)"
+		src="$(cd "$here/envoy-gateway" && go mod download -json "github.com/envoyproxy/gateway@$v" | awk -F'"' '$2 == "Dir" {print $4}')"
+		cp -r "$src" "$tmp/mod"
+		chmod -R u+w "$tmp/mod"
+		mkdir -p "$tmp/mod/cmd/stickydrain-eg-translate"
+		cp "$here/envoy-gateway/translate/main.go" "$tmp/mod/cmd/stickydrain-eg-translate/"
+		(cd "$tmp/mod" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags='-s -w' -tags stickydrain_envoy_gateway_tree \
+			-o "$tmp/stickydrain-eg-translate" ./cmd/stickydrain-eg-translate)
+		rm -rf "$dir/crds"
+		mkdir -p "$dir/crds"
+		cp "$tmp/mod/charts/gateway-helm/charts/crds/crds/gatewayapi-crds.yaml" "$dir/crds/"
+		cp "$tmp/mod/charts/gateway-helm/charts/crds/crds/generated/"*.yaml "$dir/crds/"
+		mv "$tmp/stickydrain-eg-translate" "$dir/stickydrain-eg-translate"
+		rm -rf "$tmp"
+		log "built Envoy Gateway $v's translators in $((SECONDS - start))s"
+	fi
+	echo "envoy-gateway $v $dir/stickydrain-eg-translate $dir/crds"
+}
+
 peers=("$@")
-((${#peers[@]})) || peers=(haproxy-ingress traefik)
+((${#peers[@]})) || peers=(haproxy-ingress traefik envoy-gateway)
 for p in "${peers[@]}"; do
 	case "$p" in
 	haproxy-ingress) haproxy_ingress ;;
 	traefik) traefik ;;
+	envoy-gateway) envoy_gateway ;;
 	*)
-		log "unknown peer $p (haproxy-ingress or traefik)"
+		log "unknown peer $p (haproxy-ingress, traefik or envoy-gateway)"
 		exit 2
 		;;
 	esac

@@ -1,0 +1,684 @@
+package envoygateway
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+	gwapiv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/stickydrain/stickydrain/api"
+	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/tenancy"
+)
+
+// The GroupVersionKinds read as unstructured: Envoy Gateway's own API is
+// not imported (its module is large; two fields of each are read).
+var (
+	policyGVK    = schema.GroupVersionKind{Group: PolicyGroup, Version: PolicyVersion, Kind: PolicyKind}
+	policyList   = schema.GroupVersionKind{Group: PolicyGroup, Version: PolicyVersion, Kind: PolicyKind + "List"}
+	btpGVK       = schema.GroupVersionKind{Group: PolicyGroup, Version: PolicyVersion, Kind: "BackendTrafficPolicy"}
+	btpListGVK   = schema.GroupVersionKind{Group: PolicyGroup, Version: PolicyVersion, Kind: "BackendTrafficPolicyList"}
+	gatewayGroup = gwapiv1.GroupName
+)
+
+// Index names of the routes' field indexes.
+const (
+	indexGateway = "stickydrain.gateway" // "<ns>/<name>" of each parent Gateway
+	indexBackend = "stickydrain.backend" // "<ns>/<name>" of each Service backend
+)
+
+// Reconciler keeps one EnvoyPatchPolicy per configured Gateway in step
+// with the sticky rules of the routes attached to it.
+type Reconciler struct {
+	Client   client.Client
+	Config   *config.Config
+	Recorder recorder.EventRecorder
+	Metrics  *Metrics
+
+	renew   chan event.GenericEvent
+	mu      sync.Mutex
+	current *config.Config
+	policy  *tenancy.Policy
+	// told is the last Event reason sent for each sticky rule, by its
+	// cluster name; an Event is sent when it changes.
+	told map[string]string
+}
+
+// Enabled reports whether a configuration asks for the Envoy Gateway
+// integration.
+func Enabled(c *config.Config) bool {
+	return c != nil && c.EnvoyGateway != nil && len(c.EnvoyGateway.Gateways) > 0
+}
+
+// SetupWithManager registers the controller. The Gateway API and Envoy
+// Gateway CRDs must be installed.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := gwapiv1.Install(mgr.GetScheme()); err != nil {
+		return fmt.Errorf("adding Gateway API to the scheme: %w", err)
+	}
+	p, err := tenancy.New(r.Config)
+	if err != nil {
+		return err
+	}
+	r.current, r.policy = r.Config, p
+	r.told = map[string]string{}
+	r.renew = make(chan event.GenericEvent, 64)
+	r.Metrics.gateways(nil, r.Config)
+	idx := mgr.GetFieldIndexer()
+	for _, o := range []client.Object{&gwapiv1.HTTPRoute{}, &gwapiv1.GRPCRoute{}} {
+		if err := idx.IndexField(context.Background(), o, indexGateway, func(o client.Object) []string { return parentGateways(o) }); err != nil {
+			return fmt.Errorf("indexing routes by Gateway: %w", err)
+		}
+		if err := idx.IndexField(context.Background(), o, indexBackend, func(o client.Object) []string { return serviceBackends(o) }); err != nil {
+			return fmt.Errorf("indexing routes by backend: %w", err)
+		}
+	}
+	policy := &unstructured.Unstructured{}
+	policy.SetGroupVersionKind(policyGVK)
+	btp := &unstructured.Unstructured{}
+	btp.SetGroupVersionKind(btpGVK)
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("envoy-gateway").
+		WatchesRawSource(source.Channel(r.renew, &handler.EnqueueRequestForObject{})).
+		Watches(&gwapiv1.HTTPRoute{}, handler.EnqueueRequestsFromMapFunc(r.mapRoute)).
+		Watches(&gwapiv1.GRPCRoute{}, handler.EnqueueRequestsFromMapFunc(r.mapRoute)).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.mapSlice)).
+		Watches(btp, handler.EnqueueRequestsFromMapFunc(r.all)).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.all), builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		Watches(policy, handler.EnqueueRequestsFromMapFunc(r.mapPolicy)).
+		Complete(r)
+}
+
+// SetConfig replaces the configuration and queues every Gateway of the
+// old and the new one (a Gateway no longer listed loses its policy).
+func (r *Reconciler) SetConfig(ctx context.Context, c *config.Config) error {
+	p, err := tenancy.New(c)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	old := r.current
+	r.Metrics.gateways(old, c)
+	r.current, r.policy = c, p
+	r.mu.Unlock()
+	keys := append(gatewayKeys(old), gatewayKeys(c)...)
+	go func() {
+		for _, k := range keys {
+			select {
+			case r.renew <- event.GenericEvent{Object: &gwapiv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+func gatewayKeys(c *config.Config) []types.NamespacedName {
+	if !Enabled(c) {
+		return nil
+	}
+	var out []types.NamespacedName
+	for _, g := range c.EnvoyGateway.Gateways {
+		out = append(out, types.NamespacedName{Namespace: g.Namespace, Name: g.Name})
+	}
+	return out
+}
+
+func (r *Reconciler) rules() (*config.Config, *tenancy.Policy) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.current, r.policy
+}
+
+// gateway is the configured Gateway named key, or nil.
+func gateway(c *config.Config, key types.NamespacedName) *config.Gateway {
+	if !Enabled(c) {
+		return nil
+	}
+	for i, g := range c.EnvoyGateway.Gateways {
+		if g.Namespace == key.Namespace && g.Name == key.Name {
+			return &c.EnvoyGateway.Gateways[i]
+		}
+	}
+	return nil
+}
+
+func (r *Reconciler) all(context.Context, client.Object) []ctrl.Request {
+	cfg, _ := r.rules()
+	var reqs []ctrl.Request
+	for _, k := range gatewayKeys(cfg) {
+		reqs = append(reqs, ctrl.Request{NamespacedName: k})
+	}
+	return reqs
+}
+
+func (r *Reconciler) mapRoute(_ context.Context, o client.Object) []ctrl.Request {
+	cfg, _ := r.rules()
+	var reqs []ctrl.Request
+	for _, k := range gatewayKeys(cfg) {
+		if slices.Contains(parentGateways(o), k.String()) {
+			reqs = append(reqs, ctrl.Request{NamespacedName: k})
+		}
+	}
+	// A route that left a Gateway: its rules leave the policy. The cache
+	// no longer lists it under that Gateway, so every Gateway is asked
+	// (routes change rarely).
+	if len(reqs) == 0 {
+		return r.all(context.Background(), o)
+	}
+	return reqs
+}
+
+// mapSlice sends the Gateways of the routes whose backends include the
+// slice's Service: its pods coming and going decide whether it is opted in.
+func (r *Reconciler) mapSlice(ctx context.Context, o client.Object) []ctrl.Request {
+	svc := o.GetLabels()[discoveryv1.LabelServiceName]
+	if svc == "" {
+		return nil
+	}
+	cfg, _ := r.rules()
+	want := map[string]bool{}
+	for _, k := range gatewayKeys(cfg) {
+		want[k.String()] = true
+	}
+	seen := map[string]bool{}
+	var reqs []ctrl.Request
+	for _, list := range []client.ObjectList{&gwapiv1.HTTPRouteList{}, &gwapiv1.GRPCRouteList{}} {
+		if err := r.Client.List(ctx, list, client.MatchingFields{indexBackend: o.GetNamespace() + "/" + svc}); err != nil {
+			logf.FromContext(ctx).Error(err, "listing the routes of a Service whose endpoints changed", "service", o.GetNamespace()+"/"+svc)
+			continue
+		}
+		_ = meta.EachListItem(list, func(item runtime.Object) error {
+			for _, g := range parentGateways(item.(client.Object)) {
+				if want[g] && !seen[g] {
+					seen[g] = true
+					ns, name, _ := strings.Cut(g, "/")
+					reqs = append(reqs, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}})
+				}
+			}
+			return nil
+		})
+	}
+	return reqs
+}
+
+func (r *Reconciler) mapPolicy(_ context.Context, o client.Object) []ctrl.Request {
+	if o.GetLabels()[api.ManagedByLabel] != api.ManagedByValue {
+		return nil
+	}
+	cfg, _ := r.rules()
+	for _, k := range gatewayKeys(cfg) {
+		if k.Namespace == o.GetNamespace() && PolicyName(k.Name) == o.GetName() {
+			return []ctrl.Request{{NamespacedName: k}}
+		}
+	}
+	// A policy of a Gateway no longer configured: its Gateway's request
+	// deletes it.
+	if name, ok := strings.CutPrefix(o.GetName(), PolicyName("")); ok && name != "" {
+		return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+	}
+	return nil
+}
+
+// Reconcile keeps the EnvoyPatchPolicy of one Gateway in step.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := logf.FromContext(ctx)
+	cfg, policy := r.rules()
+	gw := gateway(cfg, req.NamespacedName)
+	if gw == nil {
+		// Not (or no longer) configured: take away what was kept for it.
+		return ctrl.Result{}, r.write(ctx, req.NamespacedName, nil)
+	}
+	routes, err := r.routes(ctx, req.NamespacedName)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	btps, err := r.activeHealthChecks(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	nsLabels := map[string]map[string]string{}
+	if policy.NeedsNamespaceLabels() {
+		var list corev1.NamespaceList
+		if err := r.Client.List(ctx, &list); err != nil {
+			return ctrl.Result{}, fmt.Errorf("listing Namespaces for their labels: %w", err)
+		}
+		for _, ns := range list.Items {
+			nsLabels[ns.Name] = ns.Labels
+		}
+	}
+	routeLabels := map[types.NamespacedName]map[string]string{}
+	for _, rt := range routes {
+		routeLabels[rt.route.Key()] = rt.labels
+	}
+	var readErr error
+	unknownPods := false
+	outs := Plan(Input{
+		Gateway: req.NamespacedName,
+		Routes:  plainRoutes(routes),
+		Allowed: func(route types.NamespacedName) tenancy.Verdict {
+			return policy.Route(req.NamespacedName, route, nsLabels[route.Namespace])
+		},
+		OptedIn: func(svc types.NamespacedName) bool {
+			in, unknown, err := r.optedIn(ctx, svc)
+			if err != nil && readErr == nil {
+				readErr = err
+			}
+			unknownPods = unknownPods || unknown
+			return in
+		},
+		HealthChecked: func(rt Route) string {
+			return healthCheckOf(btps, rt, routeLabels[rt.Key()], req.NamespacedName)
+		},
+		AllowHealthChecked: gw.ActiveHealthChecks == config.ActiveHealthChecksAllow,
+	})
+	if readErr != nil {
+		return ctrl.Result{}, readErr
+	}
+	if err := r.write(ctx, req.NamespacedName, outs); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.tell(ctx, req.NamespacedName, outs)
+	r.Metrics.observe(req.NamespacedName, outs)
+	if unknownPods {
+		// An endpoint's pod is not in the cache yet: look again soon.
+		log.V(1).Info("an endpoint's pod is not known yet; looking again soon")
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+	}
+	return ctrl.Result{RequeueAfter: cfg.Resync.Duration}, nil
+}
+
+// routeRead is one route with the labels the health-check selectors read.
+type routeRead struct {
+	route  Route
+	labels map[string]string
+}
+
+func plainRoutes(rs []routeRead) []Route {
+	out := make([]Route, len(rs))
+	for i, r := range rs {
+		out[i] = r.route
+	}
+	return out
+}
+
+// routes lists the HTTPRoutes and GRPCRoutes with a parentRef to gw.
+func (r *Reconciler) routes(ctx context.Context, gw types.NamespacedName) ([]routeRead, error) {
+	var out []routeRead
+	var hs gwapiv1.HTTPRouteList
+	if err := r.Client.List(ctx, &hs, client.MatchingFields{indexGateway: gw.String()}); err != nil {
+		return nil, fmt.Errorf("listing HTTPRoutes of Gateway %s: %w", gw, err)
+	}
+	for _, h := range hs.Items {
+		rt := Route{Kind: KindHTTPRoute, Namespace: h.Namespace, Name: h.Name}
+		for _, rule := range h.Spec.Rules {
+			var bs []Backend
+			for _, b := range rule.BackendRefs {
+				bs = append(bs, backend(h.Namespace, b.BackendObjectReference))
+			}
+			rt.Rules = append(rt.Rules, Rule{Sticky: rule.SessionPersistence != nil, Backends: bs})
+		}
+		out = append(out, routeRead{rt, h.Labels})
+	}
+	var gs gwapiv1.GRPCRouteList
+	if err := r.Client.List(ctx, &gs, client.MatchingFields{indexGateway: gw.String()}); err != nil {
+		return nil, fmt.Errorf("listing GRPCRoutes of Gateway %s: %w", gw, err)
+	}
+	for _, g := range gs.Items {
+		rt := Route{Kind: KindGRPCRoute, Namespace: g.Namespace, Name: g.Name}
+		for _, rule := range g.Spec.Rules {
+			var bs []Backend
+			for _, b := range rule.BackendRefs {
+				bs = append(bs, backend(g.Namespace, b.BackendObjectReference))
+			}
+			rt.Rules = append(rt.Rules, Rule{Sticky: rule.SessionPersistence != nil, Backends: bs})
+		}
+		out = append(out, routeRead{rt, g.Labels})
+	}
+	return out, nil
+}
+
+func backend(routeNS string, ref gwapiv1.BackendObjectReference) Backend {
+	b := Backend{Namespace: routeNS, Name: string(ref.Name)}
+	if ref.Group != nil {
+		b.Group = string(*ref.Group)
+	}
+	if ref.Kind != nil {
+		b.Kind = string(*ref.Kind)
+	}
+	if ref.Namespace != nil {
+		b.Namespace = string(*ref.Namespace)
+	}
+	return b
+}
+
+// parentGateways are "<ns>/<name>" of the Gateways a route names as
+// parents.
+func parentGateways(o client.Object) []string {
+	var refs []gwapiv1.ParentReference
+	switch r := o.(type) {
+	case *gwapiv1.HTTPRoute:
+		refs = r.Spec.ParentRefs
+	case *gwapiv1.GRPCRoute:
+		refs = r.Spec.ParentRefs
+	}
+	var out []string
+	for _, p := range refs {
+		if p.Group != nil && string(*p.Group) != gatewayGroup {
+			continue
+		}
+		if p.Kind != nil && string(*p.Kind) != "Gateway" {
+			continue
+		}
+		ns := o.GetNamespace()
+		if p.Namespace != nil {
+			ns = string(*p.Namespace)
+		}
+		if k := ns + "/" + string(p.Name); !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// serviceBackends are "<ns>/<name>" of the Services a route's rules send
+// to.
+func serviceBackends(o client.Object) []string {
+	var refs []gwapiv1.BackendObjectReference
+	switch r := o.(type) {
+	case *gwapiv1.HTTPRoute:
+		for _, rule := range r.Spec.Rules {
+			for _, b := range rule.BackendRefs {
+				refs = append(refs, b.BackendObjectReference)
+			}
+		}
+	case *gwapiv1.GRPCRoute:
+		for _, rule := range r.Spec.Rules {
+			for _, b := range rule.BackendRefs {
+				refs = append(refs, b.BackendObjectReference)
+			}
+		}
+	}
+	var out []string
+	for _, ref := range refs {
+		if b := backend(o.GetNamespace(), ref); b.IsService() {
+			if k := b.Namespace + "/" + b.Name; !slices.Contains(out, k) {
+				out = append(out, k)
+			}
+		}
+	}
+	return out
+}
+
+// optedIn reports whether a pod of one of svc's endpoints carries the
+// drain (the webhook's stickydrain.io/status: injected), and whether a
+// pod named by an endpoint is not in the cache yet.
+func (r *Reconciler) optedIn(ctx context.Context, svc types.NamespacedName) (in, unknown bool, err error) {
+	var slices discoveryv1.EndpointSliceList
+	if err := r.Client.List(ctx, &slices, client.InNamespace(svc.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
+		return false, false, fmt.Errorf("listing the EndpointSlices of Service %s: %w", svc, err)
+	}
+	for _, s := range slices.Items {
+		for _, e := range s.Endpoints {
+			ref := e.TargetRef
+			if ref == nil || ref.Kind != "Pod" {
+				continue
+			}
+			var pod corev1.Pod
+			err := r.Client.Get(ctx, types.NamespacedName{Namespace: cmp.Or(ref.Namespace, svc.Namespace), Name: ref.Name}, &pod)
+			switch {
+			case apierrors.IsNotFound(err):
+				unknown = true
+				continue
+			case err != nil:
+				return false, false, fmt.Errorf("reading Pod %s/%s: %w", svc.Namespace, ref.Name, err)
+			}
+			if pod.Annotations[api.AnnotationStatus] == api.StatusInjected {
+				return true, unknown, nil
+			}
+		}
+	}
+	return false, unknown, nil
+}
+
+// healthCheck is one BackendTrafficPolicy with an active health check:
+// what it targets.
+type healthCheck struct {
+	name      types.NamespacedName
+	refs      []targetRef
+	selectors []targetSelector
+}
+
+type targetRef struct {
+	Group string `json:"group"`
+	Kind  string `json:"kind"`
+	Name  string `json:"name"`
+}
+
+type targetSelector struct {
+	Group            *string                           `json:"group,omitempty"`
+	Kind             string                            `json:"kind"`
+	Namespaces       *json.RawMessage                  `json:"namespaces,omitempty"`
+	MatchLabels      map[string]string                 `json:"matchLabels,omitempty"`
+	MatchExpressions []metav1.LabelSelectorRequirement `json:"matchExpressions,omitempty"`
+}
+
+type btpSpec struct {
+	TargetRef       *targetRef       `json:"targetRef,omitempty"`
+	TargetRefs      []targetRef      `json:"targetRefs,omitempty"`
+	TargetSelectors []targetSelector `json:"targetSelectors,omitempty"`
+	HealthCheck     *struct {
+		Active *json.RawMessage `json:"active,omitempty"`
+	} `json:"healthCheck,omitempty"`
+}
+
+// activeHealthChecks lists the BackendTrafficPolicies with an active
+// health check.
+func (r *Reconciler) activeHealthChecks(ctx context.Context) ([]healthCheck, error) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(btpListGVK)
+	if err := r.Client.List(ctx, list); err != nil {
+		return nil, fmt.Errorf("listing BackendTrafficPolicies: %w", err)
+	}
+	var out []healthCheck
+	for _, item := range list.Items {
+		raw, err := json.Marshal(item.Object["spec"])
+		if err != nil {
+			return nil, fmt.Errorf("reading BackendTrafficPolicy %s/%s: %w", item.GetNamespace(), item.GetName(), err)
+		}
+		var spec btpSpec
+		if err := json.Unmarshal(raw, &spec); err != nil {
+			return nil, fmt.Errorf("reading BackendTrafficPolicy %s/%s: %w", item.GetNamespace(), item.GetName(), err)
+		}
+		if spec.HealthCheck == nil || spec.HealthCheck.Active == nil {
+			continue
+		}
+		hc := healthCheck{name: types.NamespacedName{Namespace: item.GetNamespace(), Name: item.GetName()}, refs: spec.TargetRefs, selectors: spec.TargetSelectors}
+		if spec.TargetRef != nil {
+			hc.refs = append(hc.refs, *spec.TargetRef)
+		}
+		out = append(out, hc)
+	}
+	return out, nil
+}
+
+// healthCheckOf names the BackendTrafficPolicy that checks the route's
+// backends actively: one of the route's namespace targeting it (by name or
+// labels), one of the Gateway's namespace targeting the Gateway, or one
+// selecting the route's kind and labels across namespaces (counted whatever
+// namespaces it names: a check that might apply is taken as applying).
+func healthCheckOf(hcs []healthCheck, rt Route, routeLabels map[string]string, gw types.NamespacedName) string {
+	for _, hc := range hcs {
+		for _, ref := range hc.refs {
+			if ref.Group != gatewayGroup {
+				continue
+			}
+			if hc.name.Namespace == rt.Namespace && ref.Kind == rt.Kind && ref.Name == rt.Name {
+				return hc.name.String()
+			}
+			if hc.name.Namespace == gw.Namespace && ref.Kind == "Gateway" && ref.Name == gw.Name {
+				return hc.name.String()
+			}
+		}
+		for _, s := range hc.selectors {
+			if (s.Group != nil && *s.Group != gatewayGroup) || s.Kind != rt.Kind {
+				continue
+			}
+			if hc.name.Namespace != rt.Namespace && s.Namespaces == nil {
+				continue
+			}
+			sel, err := metav1.LabelSelectorAsSelector(&metav1.LabelSelector{MatchLabels: s.MatchLabels, MatchExpressions: s.MatchExpressions})
+			if err != nil {
+				// A selector Envoy Gateway would refuse too; counted as
+				// matching, to be safe.
+				return hc.name.String()
+			}
+			if sel.Matches(labels.Set(routeLabels)) {
+				return hc.name.String()
+			}
+		}
+	}
+	return ""
+}
+
+// write makes the Gateway's EnvoyPatchPolicy hold the patches of the kept
+// outcomes: created, updated, or deleted when none is kept. A policy of
+// that name the controller did not create is left alone.
+func (r *Reconciler) write(ctx context.Context, gw types.NamespacedName, outs []Outcome) error {
+	log := logf.FromContext(ctx)
+	patches := Patches(outs)
+	key := types.NamespacedName{Namespace: gw.Namespace, Name: PolicyName(gw.Name)}
+	cur := &unstructured.Unstructured{}
+	cur.SetGroupVersionKind(policyGVK)
+	err := r.Client.Get(ctx, key, cur)
+	exists := err == nil
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading EnvoyPatchPolicy %s: %w", key, err)
+	}
+	if exists && cur.GetLabels()[api.ManagedByLabel] != api.ManagedByValue {
+		r.Recorder.Eventf(&gwapiv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: gw.Namespace, Name: gw.Name}}, nil, corev1.EventTypeWarning, api.ReasonPolicyConflict, "Keep",
+			"EnvoyPatchPolicy %s exists and was not created by stickydrain (no %s=%s label): left alone, and no route on this Gateway is kept sticky through drains until it is renamed or deleted", key, api.ManagedByLabel, api.ManagedByValue)
+		r.Metrics.writes.WithLabelValues(gw.String(), "conflict").Inc()
+		return nil
+	}
+	if len(patches) == 0 {
+		if !exists {
+			return nil
+		}
+		if err := r.Client.Delete(ctx, cur, client.Preconditions{UID: ptr(cur.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
+			r.Metrics.writes.WithLabelValues(gw.String(), "error").Inc()
+			return fmt.Errorf("deleting EnvoyPatchPolicy %s: %w", key, err)
+		}
+		r.Metrics.writes.WithLabelValues(gw.String(), "deleted").Inc()
+		log.Info("deleted the EnvoyPatchPolicy: no sticky rule to keep", "policy", key.String())
+		return nil
+	}
+	spec := map[string]any{
+		"targetRef":   map[string]any{"group": gatewayGroup, "kind": "Gateway", "name": gw.Name},
+		"type":        "JSONPatch",
+		"jsonPatches": patches,
+	}
+	if exists {
+		if reflect.DeepEqual(normalize(cur.Object["spec"]), normalize(spec)) {
+			return nil
+		}
+		cur.Object["spec"] = spec
+		if err := r.Client.Update(ctx, cur); err != nil {
+			r.Metrics.writes.WithLabelValues(gw.String(), "error").Inc()
+			return fmt.Errorf("updating EnvoyPatchPolicy %s: %w", key, err)
+		}
+		r.Metrics.writes.WithLabelValues(gw.String(), "updated").Inc()
+		log.Info("updated the EnvoyPatchPolicy", "policy", key.String(), "clusters", len(patches))
+		return nil
+	}
+	p := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	p.SetGroupVersionKind(policyGVK)
+	p.SetNamespace(key.Namespace)
+	p.SetName(key.Name)
+	p.SetLabels(map[string]string{api.ManagedByLabel: api.ManagedByValue})
+	if err := r.Client.Create(ctx, p); err != nil {
+		r.Metrics.writes.WithLabelValues(gw.String(), "error").Inc()
+		return fmt.Errorf("creating EnvoyPatchPolicy %s: %w", key, err)
+	}
+	r.Metrics.writes.WithLabelValues(gw.String(), "created").Inc()
+	log.Info("created the EnvoyPatchPolicy", "policy", key.String(), "clusters", len(patches))
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// normalize turns a value into its JSON form, so that what was read and
+// what is wanted compare alike.
+func normalize(v any) any {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return v
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		return v
+	}
+	return out
+}
+
+// tell records an Event on each route whose rule's outcome changed.
+func (r *Reconciler) tell(_ context.Context, gw types.NamespacedName, outs []Outcome) {
+	r.mu.Lock()
+	var send []Outcome
+	seen := map[string]bool{}
+	for _, o := range outs {
+		key := gw.String() + " " + o.Cluster
+		seen[key] = true
+		if r.told[key] != o.Reason {
+			r.told[key] = o.Reason
+			send = append(send, o)
+		}
+	}
+	for k := range maps.Clone(r.told) {
+		if strings.HasPrefix(k, gw.String()+" ") && !seen[k] {
+			delete(r.told, k)
+		}
+	}
+	r.mu.Unlock()
+	for _, o := range send {
+		var obj client.Object = &gwapiv1.HTTPRoute{}
+		if o.Kind == KindGRPCRoute {
+			obj = &gwapiv1.GRPCRoute{}
+		}
+		obj.SetNamespace(o.Route.Namespace)
+		obj.SetName(o.Route.Name)
+		typ := corev1.EventTypeWarning
+		if o.Reason == api.ReasonStickyThroughDrains {
+			typ = corev1.EventTypeNormal
+		}
+		r.Recorder.Eventf(obj, nil, typ, o.Reason, "Keep", "%s", o.Message)
+	}
+}

@@ -709,3 +709,37 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
+
+// The Envoy Gateway component adds its permissions to an install, bound to
+// the install's controller.
+func TestTheEnvoyGatewayComponentAddsItsPermissions(t *testing.T) {
+	dir := t.TempDir()
+	base, err := filepath.Rel(dir, manifests.Dir("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	comp, err := filepath.Rel(dir, manifests.Dir("envoy-gateway"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), fmt.Appendf(nil, "resources:\n  - %s\ncomponents:\n  - %s\n", base, comp), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs := render(t, dir)
+	role := manifests.Find(objs, "ClusterRole", "stickydrain-controller-envoy-gateway")
+	binding := manifests.Find(objs, "ClusterRoleBinding", "stickydrain-controller-envoy-gateway")
+	if role == nil || binding == nil {
+		t.Fatalf("the component adds no ClusterRole or ClusterRoleBinding: %v", kinds(objs))
+	}
+	if role.GetLabels()["app.kubernetes.io/part-of"] != "stickydrain" {
+		t.Errorf("ClusterRole labels %v", role.GetLabels())
+	}
+	subjects, _, _ := unstructured.NestedSlice(binding.Object, "subjects")
+	sa := manifests.Find(objs, "ServiceAccount", "stickydrain-controller")
+	if len(subjects) != 1 || sa == nil || subjects[0].(map[string]any)["name"] != sa.GetName() || subjects[0].(map[string]any)["namespace"] != sa.GetNamespace() {
+		t.Errorf("the binding's subjects %v are not the controller's ServiceAccount", subjects)
+	}
+	if len(objs) != len(render(t, manifests.Dir("default")))+2 {
+		t.Errorf("the component adds more than its two objects")
+	}
+}

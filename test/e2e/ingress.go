@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,6 +25,7 @@ import (
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/plan"
 	"github.com/stickydrain/stickydrain/test/install"
+	"github.com/stickydrain/stickydrain/test/peers"
 	"github.com/stickydrain/stickydrain/test/proc"
 	"github.com/stickydrain/stickydrain/test/tcpfront"
 )
@@ -42,43 +42,15 @@ const (
 	Traefik        Ingress = "traefik"
 )
 
-// PeersEnv names the built peers, one "<peer> <version> <executable>
-// [<resources>]" per line, as test/peers/build.sh prints them; without it
-// the tests run build.sh themselves.
-const PeersEnv = "STICKYDRAIN_PEERS"
-
 // peer is one built ingress controller.
 type peer struct {
-	kind                    Ingress
-	version, bin, resources string
+	kind Ingress
+	peers.Peer
 }
 
 func findPeer(ctx context.Context, kind Ingress, logf func(string, ...any)) (peer, error) {
-	lines := os.Getenv(PeersEnv)
-	if !strings.Contains(lines, string(kind)+" ") {
-		logf("building %s from source (test/peers/build.sh; minutes on a cold cache) …", kind)
-		out, err := exec.CommandContext(ctx, "bash", filepath.Join(repoRoot(), "test", "peers", "build.sh"), string(kind)).Output()
-		if err != nil {
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				return peer{}, fmt.Errorf("test/peers/build.sh %s: %w\n%s", kind, err, ee.Stderr)
-			}
-			return peer{}, fmt.Errorf("test/peers/build.sh %s: %w", kind, err)
-		}
-		lines = string(out)
-	}
-	sc := bufio.NewScanner(strings.NewReader(lines))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) >= 3 && f[0] == string(kind) {
-			p := peer{kind: kind, version: f[1], bin: f[2]}
-			if len(f) > 3 {
-				p.resources = f[3]
-			}
-			return p, nil
-		}
-	}
-	return peer{}, fmt.Errorf("%s names no %s", PeersEnv, kind)
+	p, err := peers.Find(ctx, string(kind), logf)
+	return peer{kind, p}, err
 }
 
 // ingressProxy is a running ingress controller.
@@ -291,14 +263,14 @@ func (e *Env) runIngress(ctx context.Context) (*ingressProxy, error) {
 			return nil, err
 		}
 		// As its Makefile's run target does: the Lua scripts under the prefix.
-		if out, err := exec.Command("sh", "-c", fmt.Sprintf("cp %s/etc/lua/* %s/", p.resources, lua)).CombinedOutput(); err != nil {
+		if out, err := exec.Command("sh", "-c", fmt.Sprintf("cp %s/etc/lua/* %s/", p.Resources, lua)).CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("copying haproxy-ingress's Lua scripts: %w: %s", err, out)
 		}
 		ip.adminSocket = filepath.Join(prefix, "var", "run", "haproxy", "admin.sock")
 		// HAProxy's own health frontend: up once the first configuration
 		// loaded.
 		ip.readyURL = fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[4])
-		ip.proc, err = proc.StartWith(proc.Options{Dir: filepath.Dir(p.resources)}, log, p.bin,
+		ip.proc, err = proc.StartWith(proc.Options{Dir: filepath.Dir(p.Resources)}, log, p.Bin,
 			"--kubeconfig="+e.ingressKubeconfig, "--local-filesystem-prefix="+prefix,
 			"--update-status=false", "--watch-gateway=false",
 			"--configmap="+ingressNamespace+"/"+cm, "--ingress-class="+string(kind),
@@ -307,7 +279,7 @@ func (e *Env) runIngress(ctx context.Context) (*ingressProxy, error) {
 	case Traefik:
 		ip.apiURL = fmt.Sprintf("http://127.0.0.1:%d/api", ports[1])
 		ip.readyURL = fmt.Sprintf("http://127.0.0.1:%d/ping", ports[1])
-		ip.proc, err = proc.StartWith(proc.Options{Dir: dir, Env: []string{"KUBECONFIG=" + e.ingressKubeconfig}}, log, p.bin,
+		ip.proc, err = proc.StartWith(proc.Options{Dir: dir, Env: []string{"KUBECONFIG=" + e.ingressKubeconfig}}, log, p.Bin,
 			"--entrypoints.web.address="+fmt.Sprintf("127.0.0.1:%d", ports[0]),
 			"--entrypoints.traefik.address="+fmt.Sprintf("127.0.0.1:%d", ports[1]),
 			"--api=true", "--api.insecure=true", "--api.dashboard=false", "--ping=true",
@@ -321,9 +293,9 @@ func (e *Env) runIngress(ctx context.Context) (*ingressProxy, error) {
 	}
 	e.cleanup = append(e.cleanup, ip.kill)
 	if err := proc.WaitHTTP(ctx, ip.readyURL, 60*time.Second); err != nil {
-		return nil, fmt.Errorf("%s %s did not get ready: %w; the end of its log:\n%s", kind, p.version, err, tail(log, 40))
+		return nil, fmt.Errorf("%s %s did not get ready: %w; the end of its log:\n%s", kind, p.Version, err, tail(log, 40))
 	}
-	e.log("%s %s replica %d serves on 127.0.0.1:%d", kind, p.version, n, ip.httpPort)
+	e.log("%s %s replica %d serves on 127.0.0.1:%d", kind, p.Version, n, ip.httpPort)
 	return ip, nil
 }
 

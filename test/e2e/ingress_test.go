@@ -78,7 +78,7 @@ func ingressScenario(t *testing.T, kind Ingress) {
 	settleIngress(ctx, obs, replicas+2)
 	clients.StopNewSessions()
 
-	t.Logf("%s %s", kind, env.ingressPeer.version)
+	t.Logf("%s %s", kind, env.ingressPeer.Version)
 	s := everySessionKept(t, clients) // draining: fenced by the ingress
 	if s.StartedAfterRollout == 0 || s.OnNewVersion == 0 {
 		t.Errorf("no session started on the new version: %+v", s)

@@ -246,6 +246,35 @@ func TestEveryValuesFileRenders(t *testing.T) {
 				if d := cmp.Diff(want, cfg); d != "" {
 					t.Errorf("the chart's configuration is not the sample's (-sample +chart):\n%s", d)
 				}
+			case "envoy-gateway.yaml":
+				cm := manifests.Find(objs, "ConfigMap", "stickydrain-controller")
+				if cm == nil {
+					t.Fatal("controller.config set, and no ConfigMap stickydrain-controller")
+				}
+				data, _, _ := unstructured.NestedString(cm.Object, "data", "controller.yaml")
+				cfg, err := config.Parse([]byte(data), drivers.New())
+				if err != nil || cfg.EnvoyGateway == nil || len(cfg.EnvoyGateway.Gateways) != 1 {
+					t.Fatalf("the controller reads the chart's configuration as %+v, %v\n%s", cfg, err, data)
+				}
+				// The permissions are the kustomize component's.
+				raw, err := os.ReadFile(filepath.Join("..", "..", "manifests", "envoy-gateway", "rbac.yaml"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var want unstructured.Unstructured
+				if err := yaml.Unmarshal([]byte(strings.Split(string(raw), "\n---")[0]), &want.Object); err != nil {
+					t.Fatal(err)
+				}
+				got := manifests.Find(objs, "ClusterRole", "stickydrain-controller-envoy-gateway")
+				if got == nil {
+					t.Fatal("controller.envoyGateway.enabled, and no ClusterRole stickydrain-controller-envoy-gateway")
+				}
+				if d := cmp.Diff(want.Object["rules"], got.Object["rules"]); d != "" {
+					t.Errorf("the chart's Envoy Gateway permissions are not manifests/envoy-gateway's (-kustomize +chart):\n%s", d)
+				}
+				if manifests.Find(objs, "ClusterRoleBinding", "stickydrain-controller-envoy-gateway") == nil {
+					t.Error("no ClusterRoleBinding stickydrain-controller-envoy-gateway")
+				}
 			case "image-volume.yaml":
 				args, _, _ := unstructured.NestedSlice(manifests.Find(objs, "Deployment", "stickydrain-webhook").Object, "spec", "template", "spec", "containers")
 				if a := fmt.Sprint(args[0].(map[string]any)["args"]); !strings.Contains(a, "--drainctl-delivery=image-volume") {
@@ -306,6 +335,8 @@ func TestABadValueFailsNamingIt(t *testing.T) {
 		{"a drainctl delivery", "webhook: {drainctlDelivery: volume}", "/webhook/drainctlDelivery"},
 		{"a load balancer type", "controller: {config: {loadBalancers: [{name: edge, type: f5, instances: {static: ['127.0.0.1:9999']}}]}}", "/controller/config/loadBalancers/0/type"},
 		{"a configuration key", "controller: {config: {loadBalancer: []}}", "loadBalancer"},
+		{"an Envoy Gateway without its permissions", "controller: {config: {envoyGateway: {gateways: [{namespace: gw, name: public}]}}}", "controller.envoyGateway.enabled"},
+		{"a Gateway without a namespace", "controller: {envoyGateway: {enabled: true}, config: {envoyGateway: {gateways: [{name: public}]}}}", "/controller/config/envoyGateway/gateways/0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var vals map[string]any

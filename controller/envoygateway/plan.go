@@ -28,14 +28,12 @@ import (
 	"github.com/stickydrain/stickydrain/controller/tenancy"
 )
 
-// The route kinds whose rules can be sticky.
-const (
-	KindHTTPRoute = "HTTPRoute"
-	KindGRPCRoute = "GRPCRoute"
-)
+// KindHTTPRoute is the kind of the routes whose rules can be sticky:
+// Envoy Gateway (1.9) renders sessionPersistence on HTTPRoute rules only
+// (it never reads a GRPCRoute rule's).
+const KindHTTPRoute = "HTTPRoute"
 
-// Route is what the plan reads of one HTTPRoute or GRPCRoute attached to
-// the Gateway.
+// Route is what the plan reads of one HTTPRoute attached to the Gateway.
 type Route struct {
 	Kind      string
 	Namespace string

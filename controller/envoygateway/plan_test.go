@@ -15,9 +15,6 @@ func TestCluster(t *testing.T) {
 	if got := Cluster(KindHTTPRoute, "shop", "cart", 2); got != "httproute/shop/cart/rule/2" {
 		t.Errorf("Cluster = %q", got)
 	}
-	if got := Cluster(KindGRPCRoute, "shop", "rpc", 0); got != "grpcroute/shop/rpc/rule/0" {
-		t.Errorf("Cluster = %q", got)
-	}
 }
 
 func svc(ns, name string) Backend { return Backend{Namespace: ns, Name: name} }
@@ -32,7 +29,7 @@ func TestPlan(t *testing.T) {
 			{Sticky: true, Backends: []Backend{{Group: "gateway.envoyproxy.io", Kind: "Backend", Namespace: "shop", Name: "ext"}}},
 			{Sticky: true},
 		}},
-		{Kind: KindGRPCRoute, Namespace: "shop", Name: "rpc", Rules: []Rule{{Sticky: true, Backends: []Backend{svc("shop", "rpc")}}}},
+		{Kind: KindHTTPRoute, Namespace: "shop", Name: "rpc", Rules: []Rule{{Sticky: true, Backends: []Backend{svc("shop", "rpc")}}}},
 		{Kind: KindHTTPRoute, Namespace: "evil", Name: "steal", Rules: []Rule{{Sticky: true, Backends: []Backend{svc("evil", "cart")}}}},
 		{Kind: KindHTTPRoute, Namespace: "shop", Name: "checked", Rules: []Rule{{Sticky: true, Backends: []Backend{svc("shop", "cart")}}}},
 	}
@@ -72,13 +69,13 @@ func TestPlan(t *testing.T) {
 	}
 	outs := Plan(in)
 	check(t, outs, []want{
-		{"grpcroute/shop/rpc/rule/0", api.ReasonStickyThroughDrains, true},
 		{"httproute/evil/steal/rule/0", api.ReasonRouteNotAllowed, false},
 		{"httproute/shop/cart/rule/0", api.ReasonStickyThroughDrains, true},
 		{"httproute/shop/cart/rule/2", api.ReasonBackendNotOptedIn, false},
 		{"httproute/shop/cart/rule/3", api.ReasonBackendNotOptedIn, false},
 		{"httproute/shop/cart/rule/4", api.ReasonBackendNotOptedIn, false},
 		{"httproute/shop/checked/rule/0", api.ReasonActiveHealthCheck, false},
+		{"httproute/shop/rpc/rule/0", api.ReasonStickyThroughDrains, true},
 	})
 	for _, o := range outs {
 		switch o.Cluster {
@@ -100,7 +97,7 @@ func TestPlan(t *testing.T) {
 	// activeHealthChecks: allow keeps it, still saying what it costs.
 	in.AllowHealthChecked = true
 	outs = Plan(in)
-	if o := outs[len(outs)-1]; !o.Kept || o.Reason != api.ReasonActiveHealthCheck {
+	if o := outs[len(outs)-2]; !o.Kept || o.Reason != api.ReasonActiveHealthCheck {
 		t.Errorf("with allow: %+v, want kept with reason %s", o, api.ReasonActiveHealthCheck)
 	}
 
@@ -129,7 +126,7 @@ func TestPlan(t *testing.T) {
 			t.Errorf("patch %+v", p)
 		}
 	}
-	if strings.Join(names, " ") != "grpcroute/shop/rpc/rule/0 httproute/shop/cart/rule/0 httproute/shop/checked/rule/0" {
+	if strings.Join(names, " ") != "httproute/shop/cart/rule/0 httproute/shop/checked/rule/0 httproute/shop/rpc/rule/0" {
 		t.Errorf("patched clusters %v", names)
 	}
 }

@@ -15,11 +15,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -92,13 +90,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.renew = make(chan event.GenericEvent, 64)
 	r.Metrics.gateways(nil, r.Config)
 	idx := mgr.GetFieldIndexer()
-	for _, o := range []client.Object{&gwapiv1.HTTPRoute{}, &gwapiv1.GRPCRoute{}} {
-		if err := idx.IndexField(context.Background(), o, indexGateway, func(o client.Object) []string { return parentGateways(o) }); err != nil {
-			return fmt.Errorf("indexing routes by Gateway: %w", err)
-		}
-		if err := idx.IndexField(context.Background(), o, indexBackend, func(o client.Object) []string { return serviceBackends(o) }); err != nil {
-			return fmt.Errorf("indexing routes by backend: %w", err)
-		}
+	if err := idx.IndexField(context.Background(), &gwapiv1.HTTPRoute{}, indexGateway, parentGateways); err != nil {
+		return fmt.Errorf("indexing HTTPRoutes by Gateway: %w", err)
+	}
+	if err := idx.IndexField(context.Background(), &gwapiv1.HTTPRoute{}, indexBackend, serviceBackends); err != nil {
+		return fmt.Errorf("indexing HTTPRoutes by backend: %w", err)
 	}
 	policy := &unstructured.Unstructured{}
 	policy.SetGroupVersionKind(policyGVK)
@@ -108,7 +104,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("envoy-gateway").
 		WatchesRawSource(source.Channel(r.renew, &handler.EnqueueRequestForObject{})).
 		Watches(&gwapiv1.HTTPRoute{}, handler.EnqueueRequestsFromMapFunc(r.mapRoute)).
-		Watches(&gwapiv1.GRPCRoute{}, handler.EnqueueRequestsFromMapFunc(r.mapRoute)).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.mapSlice)).
 		Watches(btp, handler.EnqueueRequestsFromMapFunc(r.all)).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.all), builder.WithPredicates(predicate.LabelChangedPredicate{})).
@@ -211,21 +206,19 @@ func (r *Reconciler) mapSlice(ctx context.Context, o client.Object) []ctrl.Reque
 	}
 	seen := map[string]bool{}
 	var reqs []ctrl.Request
-	for _, list := range []client.ObjectList{&gwapiv1.HTTPRouteList{}, &gwapiv1.GRPCRouteList{}} {
-		if err := r.Client.List(ctx, list, client.MatchingFields{indexBackend: o.GetNamespace() + "/" + svc}); err != nil {
-			logf.FromContext(ctx).Error(err, "listing the routes of a Service whose endpoints changed", "service", o.GetNamespace()+"/"+svc)
-			continue
-		}
-		_ = meta.EachListItem(list, func(item runtime.Object) error {
-			for _, g := range parentGateways(item.(client.Object)) {
-				if want[g] && !seen[g] {
-					seen[g] = true
-					ns, name, _ := strings.Cut(g, "/")
-					reqs = append(reqs, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}})
-				}
+	var list gwapiv1.HTTPRouteList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{indexBackend: o.GetNamespace() + "/" + svc}); err != nil {
+		logf.FromContext(ctx).Error(err, "listing the HTTPRoutes of a Service whose endpoints changed", "service", o.GetNamespace()+"/"+svc)
+		return nil
+	}
+	for i := range list.Items {
+		for _, g := range parentGateways(&list.Items[i]) {
+			if want[g] && !seen[g] {
+				seen[g] = true
+				ns, name, _ := strings.Cut(g, "/")
+				reqs = append(reqs, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}})
 			}
-			return nil
-		})
+		}
 	}
 	return reqs
 }
@@ -330,7 +323,9 @@ func plainRoutes(rs []routeRead) []Route {
 	return out
 }
 
-// routes lists the HTTPRoutes and GRPCRoutes with a parentRef to gw.
+// routes lists the HTTPRoutes with a parentRef to gw. GRPCRoutes are left
+// alone: Envoy Gateway (1.9) does not read a GRPCRoute rule's
+// sessionPersistence, so there is no session to keep.
 func (r *Reconciler) routes(ctx context.Context, gw types.NamespacedName) ([]routeRead, error) {
 	var out []routeRead
 	var hs gwapiv1.HTTPRouteList
@@ -347,21 +342,6 @@ func (r *Reconciler) routes(ctx context.Context, gw types.NamespacedName) ([]rou
 			rt.Rules = append(rt.Rules, Rule{Sticky: rule.SessionPersistence != nil, Backends: bs})
 		}
 		out = append(out, routeRead{rt, h.Labels})
-	}
-	var gs gwapiv1.GRPCRouteList
-	if err := r.Client.List(ctx, &gs, client.MatchingFields{indexGateway: gw.String()}); err != nil {
-		return nil, fmt.Errorf("listing GRPCRoutes of Gateway %s: %w", gw, err)
-	}
-	for _, g := range gs.Items {
-		rt := Route{Kind: KindGRPCRoute, Namespace: g.Namespace, Name: g.Name}
-		for _, rule := range g.Spec.Rules {
-			var bs []Backend
-			for _, b := range rule.BackendRefs {
-				bs = append(bs, backend(g.Namespace, b.BackendObjectReference))
-			}
-			rt.Rules = append(rt.Rules, Rule{Sticky: rule.SessionPersistence != nil, Backends: bs})
-		}
-		out = append(out, routeRead{rt, g.Labels})
 	}
 	return out, nil
 }
@@ -380,18 +360,15 @@ func backend(routeNS string, ref gwapiv1.BackendObjectReference) Backend {
 	return b
 }
 
-// parentGateways are "<ns>/<name>" of the Gateways a route names as
+// parentGateways are "<ns>/<name>" of the Gateways an HTTPRoute names as
 // parents.
 func parentGateways(o client.Object) []string {
-	var refs []gwapiv1.ParentReference
-	switch r := o.(type) {
-	case *gwapiv1.HTTPRoute:
-		refs = r.Spec.ParentRefs
-	case *gwapiv1.GRPCRoute:
-		refs = r.Spec.ParentRefs
+	r, ok := o.(*gwapiv1.HTTPRoute)
+	if !ok {
+		return nil
 	}
 	var out []string
-	for _, p := range refs {
+	for _, p := range r.Spec.ParentRefs {
 		if p.Group != nil && string(*p.Group) != gatewayGroup {
 			continue
 		}
@@ -409,29 +386,20 @@ func parentGateways(o client.Object) []string {
 	return out
 }
 
-// serviceBackends are "<ns>/<name>" of the Services a route's rules send
-// to.
+// serviceBackends are "<ns>/<name>" of the Services an HTTPRoute's rules
+// send to.
 func serviceBackends(o client.Object) []string {
-	var refs []gwapiv1.BackendObjectReference
-	switch r := o.(type) {
-	case *gwapiv1.HTTPRoute:
-		for _, rule := range r.Spec.Rules {
-			for _, b := range rule.BackendRefs {
-				refs = append(refs, b.BackendObjectReference)
-			}
-		}
-	case *gwapiv1.GRPCRoute:
-		for _, rule := range r.Spec.Rules {
-			for _, b := range rule.BackendRefs {
-				refs = append(refs, b.BackendObjectReference)
-			}
-		}
+	r, ok := o.(*gwapiv1.HTTPRoute)
+	if !ok {
+		return nil
 	}
 	var out []string
-	for _, ref := range refs {
-		if b := backend(o.GetNamespace(), ref); b.IsService() {
-			if k := b.Namespace + "/" + b.Name; !slices.Contains(out, k) {
-				out = append(out, k)
+	for _, rule := range r.Spec.Rules {
+		for _, ref := range rule.BackendRefs {
+			if b := backend(o.GetNamespace(), ref.BackendObjectReference); b.IsService() {
+				if k := b.Namespace + "/" + b.Name; !slices.Contains(out, k) {
+					out = append(out, k)
+				}
 			}
 		}
 	}
@@ -669,12 +637,7 @@ func (r *Reconciler) tell(_ context.Context, gw types.NamespacedName, outs []Out
 	}
 	r.mu.Unlock()
 	for _, o := range send {
-		var obj client.Object = &gwapiv1.HTTPRoute{}
-		if o.Kind == KindGRPCRoute {
-			obj = &gwapiv1.GRPCRoute{}
-		}
-		obj.SetNamespace(o.Route.Namespace)
-		obj.SetName(o.Route.Name)
+		obj := &gwapiv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: o.Route.Namespace, Name: o.Route.Name}}
 		typ := corev1.EventTypeWarning
 		if o.Reason == api.ReasonStickyThroughDrains {
 			typ = corev1.EventTypeNormal

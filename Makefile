@@ -136,7 +136,7 @@ haproxy-versions: deps ## Provide HAProxy 3.0 (built from source, ~80 s cold) an
 	@test/tools/haproxy.sh | sed 's/^/haproxy /'
 
 .PHONY: peers
-peers: ## Build haproxy-ingress (~2 min cold) and Traefik (~6 min cold, 3 GB) from source into the cache, for the ingress tests.
+peers: ## Build haproxy-ingress (~2 min cold), Traefik (~6 min cold, 3 GB) and Envoy Gateway's translators (~5 min cold) from source into the cache, for the ingress and Envoy Gateway tests.
 	@test/peers/build.sh | sed 's/^/peer /'
 
 .PHONY: clean

@@ -204,8 +204,8 @@ const (
 	ReasonConfigurationRefused = "ConfigurationChangeRefused"
 )
 
-// Reasons of the Events the controller records on HTTPRoutes and
-// GRPCRoutes behind Envoy Gateway (configuration envoyGateway), one per
+// Reasons of the Events the controller records on HTTPRoutes behind Envoy
+// Gateway (configuration envoyGateway), one per
 // sticky rule (sessionPersistence) when its outcome changes, and on the
 // Gateway.
 const (

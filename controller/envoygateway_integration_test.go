@@ -97,9 +97,9 @@ func TestEnvoyGatewayKeepsStickyRulesOnDrainingPods(t *testing.T) {
 		Data: map[string][]byte{"tls.crt": b.Cert, "tls.key": b.Key, "ca.crt": b.CACert}})
 
 	// A Service, its pods (injected by the webhook or not) and their
-	// EndpointSlice; addresses[i] terminating (still serving) when
-	// terminating[i].
-	app := func(ns, name string, injected bool, addrs []string, terminating []bool) {
+	// EndpointSlice: addrs[i] is "ready", "terminating" (still serving) or
+	// "unready" (failing its readiness probe, not terminating) as states[i].
+	app := func(ns, name string, injected bool, addrs []string, states []string) {
 		t.Helper()
 		create(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 8080, Protocol: corev1.ProtocolTCP}}}})
@@ -120,15 +120,15 @@ func TestEnvoyGatewayKeepsStickyRulesOnDrainingPods(t *testing.T) {
 				Addresses: []string{a},
 				TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod.Name},
 				Conditions: discoveryv1.EndpointConditions{
-					Ready: ptr.To(!terminating[i]), Serving: ptr.To(true), Terminating: ptr.To(terminating[i])},
+					Ready: ptr.To(states[i] == "ready"), Serving: ptr.To(states[i] != "unready"), Terminating: ptr.To(states[i] == "terminating")},
 			})
 		}
 		create(slice)
 	}
-	app("shop", "cart", true, []string{"198.18.10.1", "198.18.10.2"}, []bool{false, true})
-	app("shop", "rpc", true, []string{"198.18.10.3"}, []bool{false})
-	app("blog", "plain", false, []string{"198.18.11.1", "198.18.11.2"}, []bool{false, true})
-	app("evil", "cart", true, []string{"198.18.12.1", "198.18.12.2"}, []bool{false, true})
+	app("shop", "cart", true, []string{"198.18.10.1", "198.18.10.2", "198.18.10.4"}, []string{"ready", "terminating", "unready"})
+	app("shop", "rpc", true, []string{"198.18.10.3"}, []string{"ready"})
+	app("blog", "plain", false, []string{"198.18.11.1", "198.18.11.2"}, []string{"ready", "terminating"})
+	app("evil", "cart", true, []string{"198.18.12.1", "198.18.12.2"}, []string{"ready", "terminating"})
 
 	createYAML(`{apiVersion: gateway.networking.k8s.io/v1, kind: GatewayClass, metadata: {name: eg}, spec: {controllerName: gateway.envoyproxy.io/gatewayclass-controller}}`)
 	createYAML(`{apiVersion: gateway.networking.k8s.io/v1, kind: Gateway, metadata: {namespace: gw, name: public},
@@ -235,6 +235,10 @@ envoyGateway:
 		"httproute/evil/steal/rule/0":   false, // namespace not allowed
 	})
 	x.wantDraining(t, "httproute/shop/cart/rule/0", "198.18.10.2", "198.18.10.1")
+	// Envoy Gateway also hands a pod that fails its readiness probe (not
+	// terminating) to Envoy as DRAINING: with the override set, its
+	// sessions stay on it too (docs/ingress.md).
+	x.wantDraining(t, "httproute/shop/cart/rule/0", "198.18.10.4", "198.18.10.1")
 	x.wantDraining(t, "httproute/evil/steal/rule/0", "198.18.12.2", "198.18.12.1")
 	x.wantStatefulSession(t, "httproute/shop/cart/rule/0/match/0/cart_example", "httproute/blog/plain/rule/0/match/0/blog_example")
 

@@ -84,8 +84,8 @@ type Gateway struct {
 	// a policy only to a Gateway of its own namespace).
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
-	// AllowedNamespaces are the namespaces whose HTTPRoutes and GRPCRoutes
-	// on this Gateway may be kept sticky through drains. Unset: none (a
+	// AllowedNamespaces are the namespaces whose HTTPRoutes on this Gateway
+	// may be kept sticky through drains. Unset: none (a
 	// route of another namespace gets a RouteNotAllowed Event).
 	AllowedNamespaces *Namespaces `json:"allowedNamespaces,omitempty"`
 	// ActiveHealthChecks says what to do with a sticky rule whose route an

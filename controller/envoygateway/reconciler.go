@@ -40,7 +40,6 @@ import (
 // not imported (its module is large; two fields of each are read).
 var (
 	policyGVK    = schema.GroupVersionKind{Group: PolicyGroup, Version: PolicyVersion, Kind: PolicyKind}
-	policyList   = schema.GroupVersionKind{Group: PolicyGroup, Version: PolicyVersion, Kind: PolicyKind + "List"}
 	btpGVK       = schema.GroupVersionKind{Group: PolicyGroup, Version: PolicyVersion, Kind: "BackendTrafficPolicy"}
 	btpListGVK   = schema.GroupVersionKind{Group: PolicyGroup, Version: PolicyVersion, Kind: "BackendTrafficPolicyList"}
 	gatewayGroup = gwapiv1.GroupName

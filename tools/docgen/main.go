@@ -38,6 +38,7 @@ import (
 	"github.com/stickydrain/stickydrain/api/params"
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/drivers"
+	"github.com/stickydrain/stickydrain/controller/envoygateway"
 	"github.com/stickydrain/stickydrain/controller/reconcile"
 	"github.com/stickydrain/stickydrain/internal/cmdline"
 	"github.com/stickydrain/stickydrain/internal/version"
@@ -430,6 +431,9 @@ func metrics() (string, error) {
 		return "", err
 	}
 	if _, err := reconcile.NewMetrics(&c); err != nil {
+		return "", err
+	}
+	if _, err := envoygateway.NewMetrics(&c); err != nil {
 		return "", err
 	}
 	c.cs = append(c.cs, version.BuildInfo("webhook|controller"))

@@ -224,6 +224,15 @@ envoyGateway:
 		eventually(t, ctx, e.reason+" Event on "+e.kind+" "+e.ns+"/"+e.name, func() bool { return event(e.kind, e.ns, e.name, e.reason, e.typ, e.contains) })
 	}
 
+	ctrl.expectMetrics(t,
+		`stickydrain_controller_envoy_gateway_rules{gateway="gw/public",outcome="kept"} 2`,
+		`stickydrain_controller_envoy_gateway_rules{gateway="gw/public",outcome="ActiveHealthCheck"} 1`,
+		`stickydrain_controller_envoy_gateway_rules{gateway="gw/public",outcome="BackendNotOptedIn"} 1`,
+		`stickydrain_controller_envoy_gateway_rules{gateway="gw/public",outcome="RouteNotAllowed"} 1`,
+		`stickydrain_controller_envoy_gateway_policy_writes_total{gateway="gw/public",result="created"}`,
+		`stickydrain_controller_envoy_gateway_policy_writes_total{gateway="gw/other",result="conflict"}`,
+	)
+
 	// What Envoy Gateway makes of it.
 	x := translate(t, ctx, eg.Bin, k)
 	x.wantOverride(t, map[string]bool{

@@ -169,16 +169,7 @@ envoyGateway:
     - {namespace: gw, name: public, allowedNamespaces: {names: [shop, blog]}}
     - {namespace: gw, name: other, allowedNamespaces: {names: [shop]}}
 `)
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		var evs eventsv1.EventList
-		_ = k.List(context.Background(), &evs)
-		for _, e := range evs.Items {
-			t.Logf("event %s %s/%s %s %s: %s", e.Regarding.Kind, e.Regarding.Namespace, e.Regarding.Name, e.Type, e.Reason, e.Note)
-		}
-	})
+	logEventsIfFailed(t, k)
 
 	policyGVK := schema.GroupVersionKind{Group: envoygateway.PolicyGroup, Version: envoygateway.PolicyVersion, Kind: envoygateway.PolicyKind}
 	patched := func() []string {
@@ -533,6 +524,21 @@ func (x *xds) wantStatefulSession(t *testing.T, routes ...string) {
 	if !bytes.Contains(b, []byte(`"envoy.filters.http.stateful_session"`)) {
 		t.Error("no listener has the stateful_session filter")
 	}
+}
+
+// logEventsIfFailed logs every Event of the cluster when the test ends
+// failed.
+func logEventsIfFailed(t *testing.T, k client.Client) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		var evs eventsv1.EventList
+		_ = k.List(context.Background(), &evs)
+		for _, e := range evs.Items {
+			t.Logf("event %s %s/%s %s %s: %s", e.Regarding.Kind, e.Regarding.Namespace, e.Regarding.Name, e.Type, e.Reason, e.Note)
+		}
+	})
 }
 
 func keysOf[V any](m map[string]V) []string {

@@ -172,16 +172,7 @@ resync: 2s
 	endpoint := func(addr string, target *corev1.ObjectReference) discoveryv1.Endpoint {
 		return discoveryv1.Endpoint{Addresses: []string{addr}, TargetRef: target, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}
 	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		var evs eventsv1.EventList
-		_ = k.List(context.Background(), &evs)
-		for _, e := range evs.Items {
-			t.Logf("event %s/%s %s %s: %s", e.Regarding.Namespace, e.Regarding.Name, e.Type, e.Reason, e.Note)
-		}
-	})
+	logEventsIfFailed(t, k)
 	events := func(ns, regarding, reason, contains string) bool {
 		var evs eventsv1.EventList
 		if k.List(ctx, &evs, client.InNamespace(ns)) != nil {

@@ -39,19 +39,5 @@ func (r *Reconciler) instancesOf(ctx context.Context, lb *config.LoadBalancer) (
 		}
 		sort.Strings(addrs)
 	}
-	var out []backend.Instance
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, a := range addrs {
-		inst, ok := r.instances[a]
-		if !ok {
-			var err error
-			if inst, err = r.Drivers.New(*lb, a, r.InstanceLog); err != nil {
-				return nil, err
-			}
-			r.instances[a] = inst
-		}
-		out = append(out, inst)
-	}
-	return out, nil
+	return r.pool.get(addrs, func(a string) (backend.Instance, error) { return r.Drivers.New(*lb, a, r.InstanceLog) })
 }

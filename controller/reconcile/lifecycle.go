@@ -171,11 +171,7 @@ func (r *Reconciler) settleOwned(ctx context.Context, svc types.NamespacedName, 
 // what the pass leaves on the instance.
 func (r *Reconciler) checkLost(ctx context.Context, svc *corev1.Service, lb *config.LoadBalancer, u upstreamRef,
 	inst backend.Instance, cur, want map[netip.AddrPort]plan.State) {
-	key := heldKey{inst.ID(), u}
-	r.mu.Lock()
-	had := r.held[key]
-	r.held[key] = len(want)
-	r.mu.Unlock()
+	had := r.ledger.left(heldKey{inst.ID(), u}, len(want))
 	if had == 0 || len(cur) > 0 || len(want) == 0 {
 		return
 	}

@@ -40,19 +40,6 @@ import (
 	"github.com/stickydrain/stickydrain/controller/tenancy"
 )
 
-// heldKey names one upstream on one instance (by its address).
-type heldKey struct {
-	instance string
-	upstream upstreamRef
-}
-
-// announcement is one Event about a server of an upstream, sent once.
-type announcement struct {
-	upstream upstreamRef
-	addr     netip.AddrPort
-	reason   string
-}
-
 // Reconciler reconciles Services.
 type Reconciler struct {
 	Client client.Client
@@ -79,18 +66,14 @@ type Reconciler struct {
 	liveness *liveness.Tracker
 	watcher  *liveness.Watcher
 	renew    chan event.GenericEvent
-	// held is how many servers each instance's upstream was left with by
-	// the last pass, to tell a process that lost them all.
-	held map[heldKey]int
+	// What passes remember (state.go).
+	pool   *instancePool
+	ledger *drainLedger
+	owners *ownershipIndex
 
-	mu          sync.Mutex
-	current     *config.Config
-	policy      *tenancy.Policy
-	instances   map[string]backend.Instance                           // by address
-	terminating map[upstreamRef]map[netip.AddrPort]time.Time          // first seen terminating
-	pods        map[upstreamRef]map[netip.AddrPort]endpoints.Endpoint // its pod, while it is desired
-	announced   map[announcement]int                                  // events sent: the most instances each said
-	known       map[types.NamespacedName][]upstreamRef                // upstreams a Service had, to empty them when it goes
+	mu      sync.Mutex
+	current *config.Config
+	policy  *tenancy.Policy
 }
 
 // SetupWithManager registers the controller: Services with the upstreams
@@ -103,13 +86,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.policy, err = tenancy.New(r.Config); err != nil {
 		return err
 	}
-	r.instances = map[string]backend.Instance{}
-	r.terminating = map[upstreamRef]map[netip.AddrPort]time.Time{}
-	r.announced = map[announcement]int{}
-	r.pods = map[upstreamRef]map[netip.AddrPort]endpoints.Endpoint{}
-	r.known = map[types.NamespacedName][]upstreamRef{}
+	r.pool, r.ledger, r.owners = newInstancePool(), newDrainLedger(), newOwnershipIndex()
 	r.liveness = liveness.NewTracker()
-	r.held = map[heldKey]int{}
 	r.renew = make(chan event.GenericEvent, 1024)
 	r.watcher = &liveness.Watcher{
 		Tracker: r.liveness, Source: lifecycle{r}, Every: r.ProbeEvery,
@@ -143,10 +121,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("stickydrain").
 		For(&corev1.Service{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			_, ok := o.GetAnnotations()[api.AnnotationUpstreams]
-			r.mu.Lock()
-			_, had := r.known[client.ObjectKeyFromObject(o)]
-			r.mu.Unlock()
-			return ok || had
+			return ok || r.owners.has(client.ObjectKeyFromObject(o))
 		}))).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.mapSlice)).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.mapNamespace), builder.WithPredicates(predicate.LabelChangedPredicate{})).
@@ -166,12 +141,9 @@ func (r *Reconciler) SetConfig(ctx context.Context, c *config.Config) error {
 	r.mu.Lock()
 	r.Metrics.loadBalancers(r.current, c)
 	r.current, r.policy = c, p
-	r.instances = map[string]backend.Instance{} // addresses or timeouts may have changed
-	known := make([]types.NamespacedName, 0, len(r.known))
-	for k := range r.known {
-		known = append(known, k)
-	}
 	r.mu.Unlock()
+	r.pool.reset() // addresses or timeouts may have changed
+	known := r.owners.services()
 	var list corev1.ServiceList
 	if err := r.Client.List(ctx, &list); err != nil {
 		return fmt.Errorf("listing Services to apply the new configuration: %w", err)
@@ -232,41 +204,38 @@ func (r *Reconciler) mapSlice(ctx context.Context, o client.Object) []ctrl.Reque
 	return reqs
 }
 
-// Reconcile brings every upstream of one Service in step on every instance.
+// Reconcile brings every upstream of one Service in step on every
+// instance, in four steps: what the Service asks for (desired), what the
+// rules let it have (admitted), each upstream on every instance of its load
+// balancer (converge), and what the pass leaves behind (settle).
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	log := logf.FromContext(ctx)
 	cfg, policy := r.rules()
-	resync := ctrl.Result{RequeueAfter: cfg.Resync.Duration}
+	key := req.NamespacedName
 	var svc corev1.Service
-	err := r.Client.Get(ctx, req.NamespacedName, &svc)
+	err := r.Client.Get(ctx, key, &svc)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
 	}
 	annotation, mapped := svc.Annotations[api.AnnotationUpstreams]
 	if apierrors.IsNotFound(err) || !mapped || svc.DeletionTimestamp != nil {
 		// The Service is gone or no longer mapped: empty what it owned.
-		if held := r.release(ctx, policy, req.NamespacedName, nil, nil, nil); len(held) > 0 {
-			r.mu.Lock()
-			r.known[req.NamespacedName] = held
-			r.mu.Unlock()
-			return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
-		}
-		r.mu.Lock()
-		delete(r.known, req.NamespacedName)
-		r.mu.Unlock()
-		return ctrl.Result{}, nil
+		return r.unmap(ctx, policy, key), nil
 	}
+
+	// Desired: the upstreams the Service maps.
 	ups, err := ParseUpstreams(annotation, cfg)
 	if err != nil {
-		r.Recorder.Eventf(&svc, nil, corev1.EventTypeWarning, api.ReasonBadMapping, "Map", "%v", err)
-		r.settleRefused(ctx, req.NamespacedName, annotation)
+		r.refuseMapping(ctx, &svc, annotation, err)
 		return ctrl.Result{}, nil
 	}
+	// Admitted: the upstreams it may own; those it held and owns no longer
+	// are emptied (or handed to their next owner).
 	owned, refused, err := r.owned(ctx, policy, &svc, ups)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	held := r.release(ctx, policy, req.NamespacedName, &svc, owned, refused)
+	held := r.release(ctx, policy, key, &svc, owned, refused)
+	// Desired: its endpoints' states.
 	var slices discoveryv1.EndpointSliceList
 	if err := r.Client.List(ctx, &slices, client.InNamespace(svc.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
 		return ctrl.Result{}, err
@@ -275,47 +244,82 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		DrainNotReady: cfg.DrainNotReady, KeepDrainingWhenNotServing: cfg.KeepDrainingWhenNotServing,
 	})
 	if err != nil {
-		r.Recorder.Eventf(&svc, nil, corev1.EventTypeWarning, api.ReasonBadMapping, "Map", "%v", err)
-		r.settleRefused(ctx, req.NamespacedName, annotation)
+		r.refuseMapping(ctx, &svc, annotation, err)
 		return ctrl.Result{}, nil
 	}
-	r.mu.Lock()
 	// What it owns, and what it could not give up yet (tried again next
 	// pass).
-	r.known[req.NamespacedName] = append(append([]upstreamRef(nil), owned...), held...)
-	r.mu.Unlock()
-	// Each load balancer admits the endpoints its rules allow.
+	r.owners.set(key, append(append([]upstreamRef(nil), owned...), held...))
+	// Admitted: the endpoints each load balancer's rules allow.
+	admitted, err := r.admitAll(ctx, policy, &svc, owned, desired)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	// Converge: each upstream on its own load balancer, at once — a
+	// Service mapped onto two load balancers is not drained on one after
+	// the other.
+	outcomes, converged := r.convergeAll(ctx, &svc, owned, admitted)
+	// Settle: the instances it is settled on may be marked filled.
+	r.settleOwned(ctx, key, annotation, owned, outcomes)
+	if !converged || len(held) > 0 {
+		logf.FromContext(ctx).V(1).Info("not every instance converged; retrying soon")
+		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
+	}
+	return ctrl.Result{RequeueAfter: cfg.Resync.Duration}, nil
+}
+
+// unmap empties what a Service gone or no longer mapped owned; it stays
+// in the ownership index, and is tried again soon, while an instance has
+// not answered.
+func (r *Reconciler) unmap(ctx context.Context, policy *tenancy.Policy, key types.NamespacedName) ctrl.Result {
+	held := r.release(ctx, policy, key, nil, nil, nil)
+	r.owners.set(key, held)
+	if len(held) > 0 {
+		return ctrl.Result{RequeueAfter: 2 * time.Second}
+	}
+	return ctrl.Result{}
+}
+
+// refuseMapping reports a mapping that cannot be read, and settles the
+// Service on the load balancers it names (it asks nothing of them).
+func (r *Reconciler) refuseMapping(ctx context.Context, svc *corev1.Service, annotation string, err error) {
+	r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, api.ReasonBadMapping, "Map", "%v", err)
+	r.settleRefused(ctx, client.ObjectKeyFromObject(svc), annotation)
+}
+
+// admitAll admits the desired endpoints on each load balancer the owned
+// upstreams are on, once per load balancer.
+func (r *Reconciler) admitAll(ctx context.Context, policy *tenancy.Policy, svc *corev1.Service, owned []upstreamRef, desired map[netip.AddrPort]endpoints.Endpoint) (map[string]map[netip.AddrPort]endpoints.Endpoint, error) {
 	admitted := map[string]map[netip.AddrPort]endpoints.Endpoint{}
 	for _, u := range owned {
 		if admitted[u.LB] == nil {
-			if admitted[u.LB], err = r.admitted(ctx, policy, &svc, u.LB, desired); err != nil {
-				return ctrl.Result{}, err
+			var err error
+			if admitted[u.LB], err = r.admitted(ctx, policy, svc, u.LB, desired); err != nil {
+				return nil, err
 			}
 		}
 	}
-	// Each upstream on its own load balancer, at once: a Service mapped
-	// onto two load balancers is not drained on one after the other.
+	return admitted, nil
+}
+
+// convergeAll converges every owned upstream at once, and reports each
+// one's instance outcomes and whether every instance of every upstream
+// converged.
+func (r *Reconciler) convergeAll(ctx context.Context, svc *corev1.Service, owned []upstreamRef, admitted map[string]map[netip.AddrPort]endpoints.Endpoint) ([][]instanceOutcome, bool) {
 	converged := make([]bool, len(owned))
 	outcomes := make([][]instanceOutcome, len(owned))
 	var wg sync.WaitGroup
 	for i, u := range owned {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			outcomes[i], converged[i] = r.converge(ctx, &svc, u, admitted[u.LB])
-		}()
+		wg.Go(func() {
+			outcomes[i], converged[i] = r.converge(ctx, svc, u, admitted[u.LB])
+		})
 	}
 	wg.Wait()
-	allConverged := len(held) == 0
+	all := true
 	for _, ok := range converged {
-		allConverged = allConverged && ok
+		all = all && ok
 	}
-	r.settleOwned(ctx, req.NamespacedName, annotation, owned, outcomes)
-	if !allConverged {
-		log.V(1).Info("not every instance converged; retrying soon")
-		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
-	}
-	return resync, nil
+	return outcomes, all
 }
 
 func older(a, b *corev1.Service) bool {
@@ -348,41 +352,37 @@ type instanceOutcome struct {
 // load balancer, concurrently and independently. It reports how each
 // instance went and whether every instance converged.
 func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstreamRef, desired map[netip.AddrPort]endpoints.Endpoint) ([]instanceOutcome, bool) {
-	log := logf.FromContext(ctx).WithValues("upstream", u.String())
 	lb := r.lb(u.LB)
 	if lb == nil {
 		return nil, true
 	}
-	want := map[netip.AddrPort]plan.State{}
-	counts := map[plan.State]int{}
-	now := time.Now()
-	r.mu.Lock()
-	pods, terminating := r.pods[u], r.terminating[u]
-	if pods == nil {
-		pods, terminating = map[netip.AddrPort]endpoints.Endpoint{}, map[netip.AddrPort]time.Time{}
-		r.pods[u], r.terminating[u] = pods, terminating
+	want := r.observe(u, desired)
+	insts, err := r.instancesOf(ctx, lb)
+	if err != nil {
+		r.Metrics.lbErrors.WithLabelValues(u.LB, "discover").Inc()
+		logf.FromContext(ctx).Error(err, "listing instances", "upstream", u.String())
+		return nil, false
 	}
+	results := make([]instanceResult, len(insts))
+	var wg sync.WaitGroup
+	for i, inst := range insts {
+		wg.Go(func() { results[i] = r.applyOn(ctx, svc, lb, u, inst, want) })
+	}
+	wg.Wait()
+	r.recordSlots(u, results)
+	return r.settleDrains(u, desired, results)
+}
+
+// observe records the upstream's desired servers in the drain ledger and
+// its gauges, and returns the state each server should have.
+func (r *Reconciler) observe(u upstreamRef, desired map[netip.AddrPort]endpoints.Endpoint) map[netip.AddrPort]plan.State {
+	want := make(map[netip.AddrPort]plan.State, len(desired))
+	counts := map[plan.State]int{}
 	for a, e := range desired {
 		want[a] = e.State
 		counts[e.State]++
-		if e.PodName != "" {
-			pods[a] = e
-		}
-		if e.Terminating {
-			if _, ok := terminating[a]; !ok {
-				terminating[a] = now
-			}
-		}
 	}
-	// The oldest drain under way: when the controller first saw its
-	// endpoint terminating.
-	var oldest time.Time
-	for a, e := range desired {
-		if since, ok := terminating[a]; ok && e.State == plan.Draining && (oldest.IsZero() || since.Before(oldest)) {
-			oldest = since
-		}
-	}
-	r.mu.Unlock()
+	oldest := r.ledger.observe(u, desired, time.Now())
 	for _, s := range []plan.State{plan.Active, plan.Draining, plan.Down} {
 		r.Metrics.servers.WithLabelValues(u.LB, u.Upstream, s.String()).Set(float64(counts[s]))
 	}
@@ -391,59 +391,59 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 	} else {
 		r.Metrics.oldestDrain.WithLabelValues(u.LB, u.Upstream).Set(float64(oldest.UnixMilli()) / 1000)
 	}
-	insts, err := r.instancesOf(ctx, lb)
+	return want
+}
+
+// instanceResult is how one upstream's pass went on one instance: its
+// outcome, the changes that landed, and its slots when it has a bound
+// (backend.Capacity).
+type instanceResult struct {
+	instanceOutcome
+	applied     map[netip.AddrPort]plan.Change
+	used, total int
+	bounded     bool
+}
+
+// applyOn reads the upstream's servers on one instance, plans the changes
+// to want and applies them.
+func (r *Reconciler) applyOn(ctx context.Context, svc *corev1.Service, lb *config.LoadBalancer, u upstreamRef, inst backend.Instance, want map[netip.AddrPort]plan.State) instanceResult {
+	log := logf.FromContext(ctx).WithValues("upstream", u.String())
+	res := instanceResult{instanceOutcome: instanceOutcome{inst: inst, identity: r.liveness.Identity(inst.ID())}, applied: map[netip.AddrPort]plan.Change{}}
+	cur, err := inst.Servers(ctx, u.Upstream)
 	if err != nil {
-		r.Metrics.lbErrors.WithLabelValues(u.LB, "discover").Inc()
-		log.Error(err, "listing instances")
-		return nil, false
+		r.Metrics.lbErrors.WithLabelValues(u.LB, "read").Inc()
+		log.Error(err, "reading servers", "instance", inst.ID())
+		return res
 	}
-	type outcome struct {
-		instanceOutcome
-		applied map[netip.AddrPort]plan.Change
-		// used and total slots, when bounded (backend.Capacity)
-		used, total int
-		bounded     bool
+	if c, ok := inst.(backend.Capacity); ok {
+		res.used, res.total, res.bounded = c.Slots(u.Upstream)
 	}
-	results := make([]outcome, len(insts))
-	var wg sync.WaitGroup
-	for i, inst := range insts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i] = outcome{instanceOutcome: instanceOutcome{inst: inst, identity: r.liveness.Identity(inst.ID())}, applied: map[netip.AddrPort]plan.Change{}}
-			cur, err := inst.Servers(ctx, u.Upstream)
-			if err != nil {
-				r.Metrics.lbErrors.WithLabelValues(u.LB, "read").Inc()
-				log.Error(err, "reading servers", "instance", inst.ID())
-				return
-			}
-			if c, ok := inst.(backend.Capacity); ok {
-				results[i].used, results[i].total, results[i].bounded = c.Slots(u.Upstream)
-			}
-			r.checkLost(ctx, svc, lb, u, inst, cur, want)
-			target := want
-			if nz, ok := inst.(backend.Normalizer); ok {
-				target = nz.Normalize(u.Upstream, want)
-			}
-			changes := plan.Calculate(cur, target)
-			errs := inst.Apply(ctx, u.Upstream, changes)
-			ok := true
-			for j, ch := range changes {
-				result := "ok"
-				if errs[j] != nil {
-					result, ok = "error", false
-					r.Metrics.lbErrors.WithLabelValues(u.LB, "apply").Inc()
-					log.Error(errs[j], "applying change", "instance", inst.ID(), "op", ch.Op, "server", ch.Addr.String())
-				} else {
-					results[i].applied[ch.Addr] = ch
-					log.Info("applied", "instance", inst.ID(), "op", ch.Op, "server", ch.Addr.String(), "state", ch.State.String())
-				}
-				r.Metrics.changes.WithLabelValues(lb.Type, string(ch.Op), ch.State.String(), result).Inc()
-			}
-			results[i].ok = ok
-		}()
+	r.checkLost(ctx, svc, lb, u, inst, cur, want)
+	target := want
+	if nz, ok := inst.(backend.Normalizer); ok {
+		target = nz.Normalize(u.Upstream, want)
 	}
-	wg.Wait()
+	changes := plan.Calculate(cur, target)
+	errs := inst.Apply(ctx, u.Upstream, changes)
+	res.ok = true
+	for j, ch := range changes {
+		result := "ok"
+		if errs[j] != nil {
+			result, res.ok = "error", false
+			r.Metrics.lbErrors.WithLabelValues(u.LB, "apply").Inc()
+			log.Error(errs[j], "applying change", "instance", inst.ID(), "op", ch.Op, "server", ch.Addr.String())
+		} else {
+			res.applied[ch.Addr] = ch
+			log.Info("applied", "instance", inst.ID(), "op", ch.Op, "server", ch.Addr.String(), "state", ch.State.String())
+		}
+		r.Metrics.changes.WithLabelValues(lb.Type, string(ch.Op), ch.State.String(), result).Inc()
+	}
+	return res
+}
+
+// recordSlots sets the upstream's slot gauges: the most used and the
+// fewest there are on any bounded instance.
+func (r *Reconciler) recordSlots(u upstreamRef, results []instanceResult) {
 	used, total := 0, -1
 	for _, res := range results {
 		if res.bounded {
@@ -457,9 +457,15 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 		r.Metrics.slots.WithLabelValues(u.LB, u.Upstream).Set(float64(total))
 		r.Metrics.slotsUsed.WithLabelValues(u.LB, u.Upstream).Set(float64(used))
 	}
+}
 
-	// Events speak of the instances that answered; one that is down
-	// converges when it returns (every pass reads its actual state).
+// settleDrains records what the instances that answered did: how long
+// each drain took to reach them, the Draining and Removed Events, and the
+// servers the ledger may forget. It returns each instance's outcome and
+// whether every instance converged. Events speak of the instances that
+// answered; one that is down converges when it returns (every pass reads
+// its actual state).
+func (r *Reconciler) settleDrains(u upstreamRef, desired map[netip.AddrPort]endpoints.Endpoint, results []instanceResult) ([]instanceOutcome, bool) {
 	allOK, answered := true, 0
 	for _, res := range results {
 		allOK = allOK && res.ok
@@ -468,10 +474,7 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 		}
 		for a, ch := range res.applied {
 			if ch.State == plan.Draining && (ch.Op == plan.OpAdd || ch.Op == plan.OpSet) {
-				r.mu.Lock()
-				since, ok := terminating[a]
-				r.mu.Unlock()
-				if ok {
+				if since, ok := r.ledger.since(u, a); ok {
 					r.Metrics.drainDelay.WithLabelValues(u.LB).Observe(time.Since(since).Seconds())
 				}
 			}
@@ -483,32 +486,9 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 				r.announce(e, u, a, api.ServerNote{Reason: api.ReasonDraining, Server: a.String(), Upstream: u.String(), Answered: answered, Instances: len(results)})
 			}
 		}
-	}
-	if answered > 0 {
-		// Servers no longer desired are gone from every instance that answered.
-		type goneServer struct {
-			addr netip.AddrPort
-			pod  endpoints.Endpoint
-		}
-		var gone []goneServer
-		r.mu.Lock()
-		for a := range terminating {
-			if _, still := desired[a]; !still {
-				delete(terminating, a)
-			}
-		}
-		for a, pod := range pods {
-			if _, still := desired[a]; !still {
-				gone = append(gone, goneServer{a, pod})
-				delete(pods, a)
-			}
-		}
-		if len(pods) == 0 && len(terminating) == 0 {
-			delete(r.pods, u)
-			delete(r.terminating, u)
-		}
-		r.mu.Unlock()
-		for _, g := range gone {
+		// Servers no longer desired are gone from every instance that
+		// answered.
+		for _, g := range r.ledger.settle(u, desired) {
 			r.announce(g.pod, u, g.addr, api.ServerNote{Reason: api.ReasonRemoved, Server: g.addr.String(), Upstream: u.String(), Answered: answered, Instances: len(results)})
 		}
 	}
@@ -524,22 +504,7 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 // have applied it than the last one said (an instance that was down
 // caught up), so that the latest Event tells how far the drain reached.
 func (r *Reconciler) announce(e endpoints.Endpoint, u upstreamRef, a netip.AddrPort, note api.ServerNote) {
-	if e.PodName == "" {
-		return
-	}
-	key := announcement{u, a, note.Reason}
-	r.mu.Lock()
-	told := r.announced[key]
-	if note.Answered > told {
-		r.announced[key] = note.Answered
-	}
-	if note.Reason == api.ReasonRemoved {
-		// The address may come back with another pod: forget it.
-		delete(r.announced, announcement{u, a, api.ReasonDraining})
-		delete(r.announced, key)
-	}
-	r.mu.Unlock()
-	if note.Answered <= told {
+	if e.PodName == "" || !r.ledger.tell(announcement{u, a, note.Reason}, note.Answered) {
 		return
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: e.PodNamespace, Name: e.PodName, UID: e.PodUID}}

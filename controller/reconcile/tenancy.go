@@ -146,10 +146,7 @@ func (r *Reconciler) owned(ctx context.Context, p *tenancy.Policy, svc *corev1.S
 // could not empty yet (an instance did not answer): svc still holds them,
 // and the next pass tries again.
 func (r *Reconciler) release(ctx context.Context, p *tenancy.Policy, key types.NamespacedName, svc *corev1.Service, keep []upstreamRef, refused map[upstreamRef]tenancy.Verdict) (held []upstreamRef) {
-	r.mu.Lock()
-	old := r.known[key]
-	r.mu.Unlock()
-	for _, u := range old {
+	for _, u := range r.owners.held(key) {
 		if slices.Contains(keep, u) {
 			continue
 		}

@@ -473,7 +473,7 @@ func (lb LoadBalancer) OptionFields() []string {
 // and at each reload.
 func (c *Config) Warnings() []string {
 	var out []string
-	if len(c.LoadBalancers) == 0 {
+	if len(c.LoadBalancers) == 0 && c.EnvoyGateway == nil {
 		out = append(out, "no load balancer configured (loadBalancers is empty): every Service mapping is refused until the operator adds one")
 	}
 	for _, lb := range c.LoadBalancers {

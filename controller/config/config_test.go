@@ -96,6 +96,11 @@ envoyGateway:
 	if strings.Contains(ws, "gw/public") {
 		t.Errorf("warnings %q name gw/public, which is set as it should be", ws)
 	}
+	// Envoy Gateway alone is a whole configuration: no load balancer is
+	// not worth a warning then.
+	if strings.Contains(ws, "no load balancer configured") {
+		t.Errorf("warnings %q say no load balancer is configured, with envoyGateway set", ws)
+	}
 }
 
 func TestWarnings(t *testing.T) {

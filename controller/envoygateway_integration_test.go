@@ -163,6 +163,11 @@ func TestEnvoyGatewayKeepsStickyRulesOnDrainingPods(t *testing.T) {
   spec: {targetRef: {group: gateway.networking.k8s.io, kind: Gateway, name: other}, type: JSONPatch,
          jsonPatches: [{type: "type.googleapis.com/envoy.config.cluster.v3.Cluster", name: mine, operation: {op: remove, path: /foo}}]}}`)
 
+	// A sticky route on that second Gateway: nothing is kept there, and
+	// the route is not told otherwise.
+	createYAML(`{apiVersion: gateway.networking.k8s.io/v1, kind: HTTPRoute, metadata: {namespace: shop, name: elsewhere},
+  spec: {parentRefs: [{name: other, namespace: gw}], rules: [{backendRefs: [{name: cart, port: 8080}], sessionPersistence: {sessionName: S, type: Cookie}}]}}`)
+
 	ctrl := startController(t, c, kubeconfig, `
 envoyGateway:
   gateways:
@@ -222,7 +227,11 @@ envoyGateway:
 		`stickydrain_controller_envoy_gateway_rules{gateway="gw/public",outcome="RouteNotAllowed"} 1`,
 		`stickydrain_controller_envoy_gateway_policy_writes_total{gateway="gw/public",result="created"}`,
 		`stickydrain_controller_envoy_gateway_policy_writes_total{gateway="gw/other",result="conflict"}`,
+		`stickydrain_controller_envoy_gateway_rules{gateway="gw/other",outcome="kept"} 0`,
 	)
+	if event("HTTPRoute", "shop", "elsewhere", api.ReasonStickyThroughDrains, corev1.EventTypeNormal, "") {
+		t.Error("a route on a Gateway whose policy name is taken was told its sessions are kept")
+	}
 
 	// What Envoy Gateway makes of it.
 	x := translate(t, ctx, eg.Bin, k)
@@ -312,6 +321,26 @@ envoyGateway:
 		"httproute/evil/steal/rule/0":   false,
 	})
 	x.wantDraining(t, "httproute/blog/plain/rule/0", "198.18.11.2", "198.18.11.1")
+
+	// The operator drops the Gateway from the configuration: its policy
+	// goes (the one of gw/other, not the controller's, stays); back in
+	// the configuration, it is made again.
+	cfgPath := ctrl.args[slices.Index(ctrl.args, "--config")+1]
+	writeConfig := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(cfgPath, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeConfig("envoyGateway:\n  gateways:\n    - {namespace: gw, name: other, allowedNamespaces: {names: [shop]}}\n")
+	eventually(t, ctx, "the EnvoyPatchPolicy of a Gateway no longer configured to be deleted", func() bool {
+		return apierrors.IsNotFound(k.Get(ctx, client.ObjectKey{Namespace: "gw", Name: "stickydrain-public"}, p))
+	})
+	if err := k.Get(ctx, client.ObjectKey{Namespace: "gw", Name: "stickydrain-other"}, other); err != nil {
+		t.Errorf("the EnvoyPatchPolicy the controller did not create is gone: %v", err)
+	}
+	writeConfig("envoyGateway:\n  gateways:\n    - {namespace: gw, name: public, allowedNamespaces: {names: [shop, blog]}}\n")
+	waitPatched("httproute/blog/plain/rule/0", "httproute/shop/cart/rule/0", "httproute/shop/checked/rule/0")
 
 	// Nothing sticky left to keep: the policy goes.
 	for _, r := range []struct{ ns, name string }{{"shop", "cart"}, {"shop", "checked"}, {"blog", "plain"}} {

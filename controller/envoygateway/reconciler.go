@@ -247,7 +247,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	gw := gateway(cfg, req.NamespacedName)
 	if gw == nil {
 		// Not (or no longer) configured: take away what was kept for it.
-		return ctrl.Result{}, r.write(ctx, req.NamespacedName, nil)
+		return ctrl.Result{}, r.remove(ctx, req.NamespacedName)
 	}
 	routes, err := r.routes(ctx, req.NamespacedName)
 	if err != nil {
@@ -295,8 +295,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if readErr != nil {
 		return ctrl.Result{}, readErr
 	}
-	if err := r.write(ctx, req.NamespacedName, outs); err != nil {
+	conflict, err := r.write(ctx, req.NamespacedName, outs)
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if conflict {
+		// Nothing is kept on this Gateway: no route is told otherwise.
+		r.Metrics.observe(req.NamespacedName, nil)
+		return ctrl.Result{RequeueAfter: cfg.Resync.Duration}, nil
 	}
 	r.tell(ctx, req.NamespacedName, outs)
 	r.Metrics.observe(req.NamespacedName, outs)
@@ -538,35 +544,36 @@ func healthCheckOf(hcs []healthCheck, rt Route, routeLabels map[string]string, g
 
 // write makes the Gateway's EnvoyPatchPolicy hold the patches of the kept
 // outcomes: created, updated, or deleted when none is kept. A policy of
-// that name the controller did not create is left alone.
-func (r *Reconciler) write(ctx context.Context, gw types.NamespacedName, outs []Outcome) error {
+// that name the controller did not create is left alone, reported, and
+// conflict is true.
+func (r *Reconciler) write(ctx context.Context, gw types.NamespacedName, outs []Outcome) (conflict bool, err error) {
 	log := logf.FromContext(ctx)
 	patches := Patches(outs)
 	key := types.NamespacedName{Namespace: gw.Namespace, Name: PolicyName(gw.Name)}
 	cur := &unstructured.Unstructured{}
 	cur.SetGroupVersionKind(policyGVK)
-	err := r.Client.Get(ctx, key, cur)
+	err = r.Client.Get(ctx, key, cur)
 	exists := err == nil
 	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("reading EnvoyPatchPolicy %s: %w", key, err)
+		return false, fmt.Errorf("reading EnvoyPatchPolicy %s: %w", key, err)
 	}
 	if exists && cur.GetLabels()[api.ManagedByLabel] != api.ManagedByValue {
 		r.Recorder.Eventf(&gwapiv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: gw.Namespace, Name: gw.Name}}, nil, corev1.EventTypeWarning, api.ReasonPolicyConflict, "Keep",
 			"EnvoyPatchPolicy %s exists and was not created by stickydrain (no %s=%s label): left alone, and no route on this Gateway is kept sticky through drains until it is renamed or deleted", key, api.ManagedByLabel, api.ManagedByValue)
 		r.Metrics.writes.WithLabelValues(gw.String(), "conflict").Inc()
-		return nil
+		return true, nil
 	}
 	if len(patches) == 0 {
 		if !exists {
-			return nil
+			return false, nil
 		}
 		if err := r.Client.Delete(ctx, cur, client.Preconditions{UID: ptr(cur.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
 			r.Metrics.writes.WithLabelValues(gw.String(), "error").Inc()
-			return fmt.Errorf("deleting EnvoyPatchPolicy %s: %w", key, err)
+			return false, fmt.Errorf("deleting EnvoyPatchPolicy %s: %w", key, err)
 		}
 		r.Metrics.writes.WithLabelValues(gw.String(), "deleted").Inc()
 		log.Info("deleted the EnvoyPatchPolicy: no sticky rule to keep", "policy", key.String())
-		return nil
+		return false, nil
 	}
 	spec := map[string]any{
 		"targetRef":   map[string]any{"group": gatewayGroup, "kind": "Gateway", "name": gw.Name},
@@ -575,16 +582,16 @@ func (r *Reconciler) write(ctx context.Context, gw types.NamespacedName, outs []
 	}
 	if exists {
 		if reflect.DeepEqual(normalize(cur.Object["spec"]), normalize(spec)) {
-			return nil
+			return false, nil
 		}
 		cur.Object["spec"] = spec
 		if err := r.Client.Update(ctx, cur); err != nil {
 			r.Metrics.writes.WithLabelValues(gw.String(), "error").Inc()
-			return fmt.Errorf("updating EnvoyPatchPolicy %s: %w", key, err)
+			return false, fmt.Errorf("updating EnvoyPatchPolicy %s: %w", key, err)
 		}
 		r.Metrics.writes.WithLabelValues(gw.String(), "updated").Inc()
 		log.Info("updated the EnvoyPatchPolicy", "policy", key.String(), "clusters", len(patches))
-		return nil
+		return false, nil
 	}
 	p := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
 	p.SetGroupVersionKind(policyGVK)
@@ -593,10 +600,32 @@ func (r *Reconciler) write(ctx context.Context, gw types.NamespacedName, outs []
 	p.SetLabels(map[string]string{api.ManagedByLabel: api.ManagedByValue})
 	if err := r.Client.Create(ctx, p); err != nil {
 		r.Metrics.writes.WithLabelValues(gw.String(), "error").Inc()
-		return fmt.Errorf("creating EnvoyPatchPolicy %s: %w", key, err)
+		return false, fmt.Errorf("creating EnvoyPatchPolicy %s: %w", key, err)
 	}
 	r.Metrics.writes.WithLabelValues(gw.String(), "created").Inc()
 	log.Info("created the EnvoyPatchPolicy", "policy", key.String(), "clusters", len(patches))
+	return false, nil
+}
+
+// remove deletes the EnvoyPatchPolicy kept for a Gateway no longer
+// configured, if there is one and it is the controller's.
+func (r *Reconciler) remove(ctx context.Context, gw types.NamespacedName) error {
+	key := types.NamespacedName{Namespace: gw.Namespace, Name: PolicyName(gw.Name)}
+	cur := &unstructured.Unstructured{}
+	cur.SetGroupVersionKind(policyGVK)
+	if err := r.Client.Get(ctx, key, cur); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("reading EnvoyPatchPolicy %s: %w", key, err)
+	}
+	if cur.GetLabels()[api.ManagedByLabel] != api.ManagedByValue {
+		return nil
+	}
+	if err := r.Client.Delete(ctx, cur, client.Preconditions{UID: ptr(cur.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting EnvoyPatchPolicy %s of a Gateway no longer configured: %w", key, err)
+	}
+	logf.FromContext(ctx).Info("deleted the EnvoyPatchPolicy of a Gateway no longer configured", "policy", key.String())
 	return nil
 }
 

@@ -157,6 +157,12 @@ func TestEnvoyGatewayKeepsStickyRulesOnDrainingPods(t *testing.T) {
 	createYAML(`{apiVersion: gateway.envoyproxy.io/v1alpha1, kind: BackendTrafficPolicy, metadata: {namespace: shop, name: active},
   spec: {targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: checked}],
          healthCheck: {active: {type: HTTP, http: {path: /healthz}}}}}`)
+	// Another namespace's policy selecting every HTTPRoute of every
+	// namespace: without a ReferenceGrant in shop it does not apply there
+	// (Envoy Gateway's rule), so it takes none of shop's rules out.
+	createYAML(`{apiVersion: gateway.envoyproxy.io/v1alpha1, kind: BackendTrafficPolicy, metadata: {namespace: evil, name: everyone},
+  spec: {targetSelectors: [{kind: HTTPRoute, namespaces: {from: All}}],
+         healthCheck: {active: {type: HTTP, http: {path: /healthz}}}}}`)
 	// An EnvoyPatchPolicy of the name the controller would use for a
 	// second Gateway, which the controller did not create.
 	createYAML(`{apiVersion: gateway.envoyproxy.io/v1alpha1, kind: EnvoyPatchPolicy, metadata: {namespace: gw, name: stickydrain-other},

@@ -136,6 +136,10 @@ func TestHealthCheckOf(t *testing.T) {
 	rt := Route{Kind: KindHTTPRoute, Namespace: "shop", Name: "cart"}
 	group := gatewayGroup
 	other := "example.com"
+	all := json.RawMessage(`{"from": "All"}`)
+	granted := func(routeNS, routeName, policyNS string) bool {
+		return routeNS == "shop" && routeName == "cart" && policyNS == "ops"
+	}
 	tests := []struct {
 		name string
 		hc   healthCheck
@@ -149,10 +153,15 @@ func TestHealthCheckOf(t *testing.T) {
 		{"by other labels", healthCheck{name: types.NamespacedName{Namespace: "shop", Name: "p"}, selectors: []targetSelector{{Kind: KindHTTPRoute, MatchLabels: map[string]string{"app": "blog"}}}}, false},
 		{"by labels, another group", healthCheck{name: types.NamespacedName{Namespace: "shop", Name: "p"}, selectors: []targetSelector{{Group: &other, Kind: KindHTTPRoute, MatchLabels: map[string]string{"app": "cart"}}}}, false},
 		{"by labels from another namespace, without namespaces", healthCheck{name: types.NamespacedName{Namespace: "blog", Name: "p"}, selectors: []targetSelector{{Kind: KindHTTPRoute, MatchLabels: map[string]string{"app": "cart"}}}}, false},
+		// Another namespace's policy selecting across namespaces counts only
+		// with a ReferenceGrant of the route's namespace (as Envoy Gateway
+		// applies it): without, one namespace could take another's rules out.
+		{"across namespaces, granted", healthCheck{name: types.NamespacedName{Namespace: "ops", Name: "p"}, selectors: []targetSelector{{Kind: KindHTTPRoute, Namespaces: &all}}}, true},
+		{"across namespaces, not granted", healthCheck{name: types.NamespacedName{Namespace: "evil", Name: "p"}, selectors: []targetSelector{{Kind: KindHTTPRoute, Namespaces: &all}}}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := healthCheckOf([]healthCheck{tt.hc}, rt, map[string]string{"app": "cart"}, gw)
+			got := healthCheckOf([]healthCheck{tt.hc}, rt, map[string]string{"app": "cart"}, gw, granted)
 			if (got != "") != tt.want {
 				t.Errorf("healthCheckOf = %q, want a match: %v", got, tt.want)
 			}

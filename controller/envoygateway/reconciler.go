@@ -105,6 +105,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&gwapiv1.HTTPRoute{}, handler.EnqueueRequestsFromMapFunc(r.mapRoute)).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.mapSlice)).
 		Watches(btp, handler.EnqueueRequestsFromMapFunc(r.all)).
+		Watches(&gwapiv1.ReferenceGrant{}, handler.EnqueueRequestsFromMapFunc(r.all)).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.all), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		Watches(policy, handler.EnqueueRequestsFromMapFunc(r.mapPolicy)).
 		Complete(r)
@@ -257,6 +258,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	grants, err := r.policyGrants(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	nsLabels := map[string]map[string]string{}
 	if policy.NeedsNamespaceLabels() {
 		var list corev1.NamespaceList
@@ -288,7 +293,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return in
 		},
 		HealthChecked: func(rt Route) string {
-			return healthCheckOf(btps, rt, routeLabels[rt.Key()], req.NamespacedName)
+			return healthCheckOf(btps, rt, routeLabels[rt.Key()], req.NamespacedName, grants)
 		},
 		AllowHealthChecked: gw.ActiveHealthChecks == config.ActiveHealthChecksAllow,
 	})
@@ -503,12 +508,57 @@ func (r *Reconciler) activeHealthChecks(ctx context.Context) ([]healthCheck, err
 	return out, nil
 }
 
+// grants tells whether a ReferenceGrant in a route's namespace lets the
+// BackendTrafficPolicies of another namespace select that route.
+type grants func(routeNS, routeName, policyNS string) bool
+
+// policyGrants reads the ReferenceGrants that let BackendTrafficPolicies
+// refer to HTTPRoutes.
+func (r *Reconciler) policyGrants(ctx context.Context) (grants, error) {
+	var list gwapiv1.ReferenceGrantList
+	if err := r.Client.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("listing ReferenceGrants: %w", err)
+	}
+	type grant struct {
+		routeNS, policyNS string
+		name              string // "" any route
+	}
+	var gs []grant
+	for _, g := range list.Items {
+		for _, from := range g.Spec.From {
+			if string(from.Group) != PolicyGroup || string(from.Kind) != "BackendTrafficPolicy" {
+				continue
+			}
+			for _, to := range g.Spec.To {
+				if string(to.Group) != gatewayGroup || string(to.Kind) != KindHTTPRoute {
+					continue
+				}
+				gr := grant{routeNS: g.Namespace, policyNS: string(from.Namespace)}
+				if to.Name != nil {
+					gr.name = string(*to.Name)
+				}
+				gs = append(gs, gr)
+			}
+		}
+	}
+	return func(routeNS, routeName, policyNS string) bool {
+		for _, g := range gs {
+			if g.routeNS == routeNS && g.policyNS == policyNS && (g.name == "" || g.name == routeName) {
+				return true
+			}
+		}
+		return false
+	}, nil
+}
+
 // healthCheckOf names the BackendTrafficPolicy that checks the route's
 // backends actively: one of the route's namespace targeting it (by name or
-// labels), one of the Gateway's namespace targeting the Gateway, or one
-// selecting the route's kind and labels across namespaces (counted whatever
-// namespaces it names: a check that might apply is taken as applying).
-func healthCheckOf(hcs []healthCheck, rt Route, routeLabels map[string]string, gw types.NamespacedName) string {
+// labels), one of the Gateway's namespace targeting the Gateway, or one of
+// another namespace selecting the route's kind and labels that a
+// ReferenceGrant of the route's namespace lets select it (as Envoy Gateway
+// decides). Without that grant another namespace's policy does not count:
+// otherwise one namespace could take another's rules out.
+func healthCheckOf(hcs []healthCheck, rt Route, routeLabels map[string]string, gw types.NamespacedName, granted grants) string {
 	for _, hc := range hcs {
 		for _, ref := range hc.refs {
 			if ref.Group != gatewayGroup {
@@ -525,7 +575,7 @@ func healthCheckOf(hcs []healthCheck, rt Route, routeLabels map[string]string, g
 			if (s.Group != nil && *s.Group != gatewayGroup) || s.Kind != rt.Kind {
 				continue
 			}
-			if hc.name.Namespace != rt.Namespace && s.Namespaces == nil {
+			if hc.name.Namespace != rt.Namespace && (s.Namespaces == nil || granted == nil || !granted(rt.Namespace, rt.Name, hc.name.Namespace)) {
 				continue
 			}
 			sel, err := metav1.LabelSelectorAsSelector(&metav1.LabelSelector{MatchLabels: s.MatchLabels, MatchExpressions: s.MatchExpressions})

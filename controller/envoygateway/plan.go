@@ -38,7 +38,9 @@ type Route struct {
 	Kind      string
 	Namespace string
 	Name      string
-	Rules     []Rule
+	// Labels are the route's, which health-check policies may select by.
+	Labels map[string]string
+	Rules  []Rule
 }
 
 // Key is the route's namespace and name.

@@ -133,7 +133,7 @@ func TestPlan(t *testing.T) {
 
 func TestHealthCheckOf(t *testing.T) {
 	gw := types.NamespacedName{Namespace: "gw", Name: "public"}
-	rt := Route{Kind: KindHTTPRoute, Namespace: "shop", Name: "cart"}
+	rt := Route{Kind: KindHTTPRoute, Namespace: "shop", Name: "cart", Labels: map[string]string{"app": "cart"}}
 	group := gatewayGroup
 	other := "example.com"
 	all := json.RawMessage(`{"from": "All"}`)
@@ -161,7 +161,7 @@ func TestHealthCheckOf(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := healthCheckOf([]healthCheck{tt.hc}, rt, map[string]string{"app": "cart"}, gw, granted)
+			got := healthCheckOf([]healthCheck{tt.hc}, rt, gw, granted)
 			if (got != "") != tt.want {
 				t.Errorf("healthCheckOf = %q, want a match: %v", got, tt.want)
 			}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -262,38 +263,38 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	nsLabels := map[string]map[string]string{}
-	if policy.NeedsNamespaceLabels() {
-		var list corev1.NamespaceList
-		if err := r.Client.List(ctx, &list); err != nil {
-			return ctrl.Result{}, fmt.Errorf("listing Namespaces for their labels: %w", err)
-		}
-		for _, ns := range list.Items {
-			nsLabels[ns.Name] = ns.Labels
-		}
-	}
-	routeLabels := map[types.NamespacedName]map[string]string{}
-	for _, rt := range routes {
-		routeLabels[rt.route.Key()] = rt.labels
-	}
 	var readErr error
 	unknownPods := false
+	// A Service backs several rules, often: read once a pass.
+	optedIn := map[types.NamespacedName]bool{}
 	outs := Plan(Input{
 		Gateway: req.NamespacedName,
-		Routes:  plainRoutes(routes),
+		Routes:  routes,
 		Allowed: func(route types.NamespacedName) tenancy.Verdict {
-			return policy.Route(req.NamespacedName, route, nsLabels[route.Namespace])
+			var nsLabels map[string]string
+			if policy.NeedsNamespaceLabels() {
+				var ns corev1.Namespace
+				if err := r.Client.Get(ctx, types.NamespacedName{Name: route.Namespace}, &ns); err != nil && !apierrors.IsNotFound(err) && readErr == nil {
+					readErr = fmt.Errorf("reading Namespace %s for its labels: %w", route.Namespace, err)
+				}
+				nsLabels = ns.Labels
+			}
+			return policy.Route(req.NamespacedName, route, nsLabels)
 		},
 		OptedIn: func(svc types.NamespacedName) bool {
+			if in, ok := optedIn[svc]; ok {
+				return in
+			}
 			in, unknown, err := r.optedIn(ctx, svc)
 			if err != nil && readErr == nil {
 				readErr = err
 			}
 			unknownPods = unknownPods || unknown
+			optedIn[svc] = in
 			return in
 		},
 		HealthChecked: func(rt Route) string {
-			return healthCheckOf(btps, rt, routeLabels[rt.Key()], req.NamespacedName, grants)
+			return healthCheckOf(btps, rt, req.NamespacedName, grants)
 		},
 		AllowHealthChecked: gw.ActiveHealthChecks == config.ActiveHealthChecksAllow,
 	})
@@ -319,31 +320,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: cfg.Resync.Duration}, nil
 }
 
-// routeRead is one route with the labels the health-check selectors read.
-type routeRead struct {
-	route  Route
-	labels map[string]string
-}
-
-func plainRoutes(rs []routeRead) []Route {
-	out := make([]Route, len(rs))
-	for i, r := range rs {
-		out[i] = r.route
-	}
-	return out
-}
-
 // routes lists the HTTPRoutes with a parentRef to gw. GRPCRoutes are left
 // alone: Envoy Gateway (1.9) does not read a GRPCRoute rule's
 // sessionPersistence, so there is no session to keep.
-func (r *Reconciler) routes(ctx context.Context, gw types.NamespacedName) ([]routeRead, error) {
-	var out []routeRead
+func (r *Reconciler) routes(ctx context.Context, gw types.NamespacedName) ([]Route, error) {
+	var out []Route
 	var hs gwapiv1.HTTPRouteList
 	if err := r.Client.List(ctx, &hs, client.MatchingFields{indexGateway: gw.String()}); err != nil {
 		return nil, fmt.Errorf("listing HTTPRoutes of Gateway %s: %w", gw, err)
 	}
 	for _, h := range hs.Items {
-		rt := Route{Kind: KindHTTPRoute, Namespace: h.Namespace, Name: h.Name}
+		rt := Route{Kind: KindHTTPRoute, Namespace: h.Namespace, Name: h.Name, Labels: h.Labels}
 		for _, rule := range h.Spec.Rules {
 			var bs []Backend
 			for _, b := range rule.BackendRefs {
@@ -351,7 +338,7 @@ func (r *Reconciler) routes(ctx context.Context, gw types.NamespacedName) ([]rou
 			}
 			rt.Rules = append(rt.Rules, Rule{Sticky: rule.SessionPersistence != nil, Backends: bs})
 		}
-		out = append(out, routeRead{rt, h.Labels})
+		out = append(out, rt)
 	}
 	return out, nil
 }
@@ -558,7 +545,7 @@ func (r *Reconciler) policyGrants(ctx context.Context) (grants, error) {
 // ReferenceGrant of the route's namespace lets select it (as Envoy Gateway
 // decides). Without that grant another namespace's policy does not count:
 // otherwise one namespace could take another's rules out.
-func healthCheckOf(hcs []healthCheck, rt Route, routeLabels map[string]string, gw types.NamespacedName, granted grants) string {
+func healthCheckOf(hcs []healthCheck, rt Route, gw types.NamespacedName, granted grants) string {
 	for _, hc := range hcs {
 		for _, ref := range hc.refs {
 			if ref.Group != gatewayGroup {
@@ -584,7 +571,7 @@ func healthCheckOf(hcs []healthCheck, rt Route, routeLabels map[string]string, g
 				// matching, to be safe.
 				return hc.name.String()
 			}
-			if sel.Matches(labels.Set(routeLabels)) {
+			if sel.Matches(labels.Set(rt.Labels)) {
 				return hc.name.String()
 			}
 		}
@@ -617,7 +604,7 @@ func (r *Reconciler) write(ctx context.Context, gw types.NamespacedName, outs []
 		if !exists {
 			return false, nil
 		}
-		if err := r.Client.Delete(ctx, cur, client.Preconditions{UID: ptr(cur.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.Client.Delete(ctx, cur, client.Preconditions{UID: ptr.To(cur.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
 			r.Metrics.writes.WithLabelValues(gw.String(), "error").Inc()
 			return false, fmt.Errorf("deleting EnvoyPatchPolicy %s: %w", key, err)
 		}
@@ -672,14 +659,12 @@ func (r *Reconciler) remove(ctx context.Context, gw types.NamespacedName) error 
 	if cur.GetLabels()[api.ManagedByLabel] != api.ManagedByValue {
 		return nil
 	}
-	if err := r.Client.Delete(ctx, cur, client.Preconditions{UID: ptr(cur.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.Client.Delete(ctx, cur, client.Preconditions{UID: ptr.To(cur.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting EnvoyPatchPolicy %s of a Gateway no longer configured: %w", key, err)
 	}
 	logf.FromContext(ctx).Info("deleted the EnvoyPatchPolicy of a Gateway no longer configured", "policy", key.String())
 	return nil
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // normalize turns a value into its JSON form, so that what was read and
 // what is wanted compare alike.

@@ -84,8 +84,9 @@ func TestEnvoyGatewayKeepsStickyRulesOnDrainingPods(t *testing.T) {
 			return err == nil
 		})
 	}
+	// blog is allowed by its label, shop by its name.
 	for _, ns := range []string{"gw", "shop", "blog", "evil", "envoy-gateway-system"} {
-		create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"tenant": ns}}})
 	}
 	// The certificate Envoy presents to Envoy Gateway, which its
 	// translator expects in its namespace (certgen makes it at install).
@@ -177,7 +178,7 @@ func TestEnvoyGatewayKeepsStickyRulesOnDrainingPods(t *testing.T) {
 	ctrl := startController(t, c, kubeconfig, `
 envoyGateway:
   gateways:
-    - {namespace: gw, name: public, allowedNamespaces: {names: [shop, blog]}}
+    - {namespace: gw, name: public, allowedNamespaces: {names: [shop], selector: {matchLabels: {tenant: blog}}}}
     - {namespace: gw, name: other, allowedNamespaces: {names: [shop]}}
 `)
 	logEventsIfFailed(t, k)
@@ -345,7 +346,7 @@ envoyGateway:
 	if err := k.Get(ctx, client.ObjectKey{Namespace: "gw", Name: "stickydrain-other"}, other); err != nil {
 		t.Errorf("the EnvoyPatchPolicy the controller did not create is gone: %v", err)
 	}
-	writeConfig("envoyGateway:\n  gateways:\n    - {namespace: gw, name: public, allowedNamespaces: {names: [shop, blog]}}\n")
+	writeConfig("envoyGateway:\n  gateways:\n    - {namespace: gw, name: public, allowedNamespaces: {names: [shop], selector: {matchLabels: {tenant: blog}}}}\n")
 	waitPatched("httproute/blog/plain/rule/0", "httproute/shop/cart/rule/0", "httproute/shop/checked/rule/0")
 
 	// Nothing sticky left to keep: the policy goes.

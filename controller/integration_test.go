@@ -32,8 +32,9 @@ import (
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/plan"
 	"github.com/stickydrain/stickydrain/test/cluster"
-	"github.com/stickydrain/stickydrain/test/e2e"
+	"github.com/stickydrain/stickydrain/test/framework"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
+	"github.com/stickydrain/stickydrain/test/must"
 	"github.com/stickydrain/stickydrain/test/nginxplus"
 	"github.com/stickydrain/stickydrain/test/podhost"
 	"github.com/stickydrain/stickydrain/test/proc"
@@ -65,7 +66,7 @@ type controllerProc struct {
 // exactly the permissions it ships with.
 func asControllerServiceAccount(t *testing.T, c *cluster.Cluster) string {
 	t.Helper()
-	kubeconfig, err := e2e.ControllerServiceAccount(context.Background(), c)
+	kubeconfig, err := framework.ControllerServiceAccount(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,14 +199,14 @@ resync: 2s
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	k := c.Client
-	must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}))
-	must(t, k.Create(ctx, &corev1.Service{
+	must.OK(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}))
+	must.OK(t, k.Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", Annotations: map[string]string{
 			"stickydrain.io/upstreams": "edge/shop", "stickydrain.io/port": "http"}},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
 	}))
-	must(t, k.Create(ctx, &appsv1.Deployment{
+	must.OK(t, k.Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](2),
@@ -266,7 +267,7 @@ resync: 2s
 	// The pod is deleted: its server drains on both instances while the
 	// pod runs its preStop.
 	deleted := time.Now()
-	must(t, k.Delete(ctx, &victim))
+	must.OK(t, k.Delete(ctx, &victim))
 	drained := eventually(t, ctx, "the victim draining on both instances", func() bool {
 		return servers(t, h1)[addr] == plan.Draining && servers(t, h2)[addr] == plan.Draining
 	})
@@ -380,7 +381,7 @@ resync: 2s
 		}
 		return seen[api.ReasonDraining] && seen[api.ReasonRemoved]
 	})
-	must(t, k.Create(ctx, &corev1.Service{
+	must.OK(t, k.Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "intruder", Namespace: "shop", Annotations: map[string]string{"stickydrain.io/upstreams": "edge/shop"}},
 		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "other"}, Ports: []corev1.ServicePort{{Port: 80}}},
 	}))
@@ -413,7 +414,7 @@ resync: 2s
 
 func (p *controllerProc) scrape(t *testing.T) string {
 	t.Helper()
-	body, err := e2e.ScrapeGuarded(context.Background(), p.c, p.metricsPort)
+	body, err := framework.ScrapeGuarded(context.Background(), p.c, p.metricsPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,7 +423,7 @@ func (p *controllerProc) scrape(t *testing.T) string {
 
 func (p *controllerProc) expectMetrics(t *testing.T, wants ...string) {
 	t.Helper()
-	body, err := e2e.ScrapeGuarded(context.Background(), p.c, p.metricsPort)
+	body, err := framework.ScrapeGuarded(context.Background(), p.c, p.metricsPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,13 +450,6 @@ func hasSeries(body, want string) bool {
 	return strings.Contains(body, want)
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestControllerFindsHAProxyInstancesThroughAService runs HAProxy itself as
 // a pod (two replicas, under podhost) and configures the controller with
 // the Service in front of their Runtime API, as a cluster runs an HAProxy
@@ -473,7 +467,7 @@ func TestControllerFindsHAProxyInstancesThroughAService(t *testing.T) {
 	podhost.StartT(t, podhost.Options{Clientset: c.Clientset, Nodes: c.Nodes, Log: t.Logf,
 		Images: map[string]string{"sessionapp": app, "haproxy": haproxyBin}})
 	cfgFile := filepath.Join(t.TempDir(), "haproxy.cfg")
-	must(t, os.WriteFile(cfgFile, []byte(`global
+	must.OK(t, os.WriteFile(cfgFile, []byte(`global
     stats socket ipv4@0.0.0.0:9999 level admin
 defaults
     mode http
@@ -502,10 +496,10 @@ resync: 10m
 	defer cancel()
 	k := c.Client
 	for _, ns := range []string{"lb", "shop"} {
-		must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+		must.OK(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	}
 	deploy := func(ns, name string, replicas int32, ctr corev1.Container) {
-		must(t, k.Create(ctx, &appsv1.Deployment{
+		must.OK(t, k.Create(ctx, &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas),
 				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
@@ -516,12 +510,12 @@ resync: 10m
 	deploy("lb", "haproxy", 2, corev1.Container{Name: "haproxy", Image: "haproxy", Args: []string{"-db", "-f", cfgFile},
 		Ports:          []corev1.ContainerPort{{Name: "runtime", ContainerPort: 9999}, {Name: "http", ContainerPort: 8080}},
 		ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("runtime")}}}})
-	must(t, k.Create(ctx, &corev1.Service{
+	must.OK(t, k.Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "haproxy-runtime", Namespace: "lb"},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "haproxy"},
 			Ports: []corev1.ServicePort{{Name: "runtime", Port: 9999, TargetPort: intstr.FromString("runtime")}}},
 	}))
-	must(t, k.Create(ctx, &corev1.Service{
+	must.OK(t, k.Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", Annotations: map[string]string{"stickydrain.io/upstreams": "edge/shop"}},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
@@ -594,13 +588,13 @@ resync: 10m
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	k := c.Client
-	must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}))
-	must(t, k.Create(ctx, &corev1.Service{
+	must.OK(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}))
+	must.OK(t, k.Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", Annotations: map[string]string{"stickydrain.io/upstreams": "plus/shop"}},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
 	}))
-	must(t, k.Create(ctx, &appsv1.Deployment{
+	must.OK(t, k.Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop"},
 		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](2),
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
@@ -644,7 +638,7 @@ resync: 10m
 	victim := pods.Items[0]
 	addr := victim.Status.PodIP + ":8080"
 	deleted := time.Now()
-	must(t, k.Delete(ctx, &victim))
+	must.OK(t, k.Delete(ctx, &victim))
 	drained := eventually(t, ctx, "drain: true on both emulators", func() bool {
 		return state(emus[0], addr) == "drain" && state(emus[1], addr) == "drain"
 	})
@@ -710,8 +704,8 @@ func TestControllerReplicasHandOverLeadership(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	k := c.Client
-	must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}))
-	must(t, k.Create(ctx, &corev1.Service{
+	must.OK(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}))
+	must.OK(t, k.Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", Annotations: map[string]string{"stickydrain.io/upstreams": "edge/shop"}},
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 8080}}},
 	}))
@@ -734,9 +728,9 @@ func TestControllerReplicasHandOverLeadership(t *testing.T) {
 				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(!term), Serving: ptr.To(true), Terminating: ptr.To(term)}})
 		}
 		if slice.ResourceVersion == "" {
-			must(t, k.Create(ctx, slice))
+			must.OK(t, k.Create(ctx, slice))
 		} else {
-			must(t, k.Update(ctx, slice))
+			must.OK(t, k.Update(ctx, slice))
 		}
 	}
 	state := func(i int) plan.State { return servers(t, h)[netip.MustParseAddrPort(addrs[i]+":8080")] }

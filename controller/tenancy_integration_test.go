@@ -25,8 +25,9 @@ import (
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/plan"
 	"github.com/stickydrain/stickydrain/test/cluster"
-	"github.com/stickydrain/stickydrain/test/e2e"
+	"github.com/stickydrain/stickydrain/test/framework"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
+	"github.com/stickydrain/stickydrain/test/must"
 	emulator "github.com/stickydrain/stickydrain/test/nginxplus"
 	"github.com/stickydrain/stickydrain/test/podhost"
 )
@@ -80,7 +81,7 @@ resync: 2s
 	defer cancel()
 	k := c.Client
 	for ns, labels := range map[string]map[string]string{"shop": {"tenant": "web"}, "blog": nil, "evil": nil} {
-		must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}))
+		must.OK(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}))
 	}
 
 	// What both load balancers hold, read all along: nothing but the pods
@@ -133,7 +134,7 @@ resync: 2s
 
 	service := func(ns, name, upstreams string, selector map[string]string) {
 		t.Helper()
-		must(t, k.Create(ctx, &corev1.Service{
+		must.OK(t, k.Create(ctx, &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{"stickydrain.io/upstreams": upstreams}},
 			Spec: corev1.ServiceSpec{Selector: selector,
 				Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt(8080)}}},
@@ -141,7 +142,7 @@ resync: 2s
 	}
 	pod := func(ns, name, appLabel string) netip.Addr {
 		t.Helper()
-		must(t, k.Create(ctx, &corev1.Pod{
+		must.OK(t, k.Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": appLabel}},
 			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](1), Containers: []corev1.Container{{
 				Name: "app", Image: "sessionapp", Args: []string{"--listen=:8080"},
@@ -161,7 +162,7 @@ resync: 2s
 	}
 	slice := func(ns, service, name string, eps ...discoveryv1.Endpoint) {
 		t.Helper()
-		must(t, k.Create(ctx, &discoveryv1.EndpointSlice{
+		must.OK(t, k.Create(ctx, &discoveryv1.EndpointSlice{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{
 				discoveryv1.LabelServiceName: service, discoveryv1.LabelManagedBy: "someone.example"}},
 			AddressType: discoveryv1.AddressTypeIPv4,
@@ -255,7 +256,7 @@ resync: 2s
 	for round := 0; round < 2; round++ {
 		service("shop", "checkout", "edge/checkout", map[string]string{"app": "web"})
 		eventually(t, ctx, "shop's pods on edge/checkout", func() bool { _, ec, _ := read(); return holds(ec, shopA, shopB) })
-		must(t, k.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "checkout"}}))
+		must.OK(t, k.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "checkout"}}))
 		eventually(t, ctx, "edge/checkout emptied while its owner is away", func() bool { _, ec, _ := read(); return len(ec) == 0 })
 		time.Sleep(3 * time.Second) // a resync and more: blog must not take it
 		if _, ec, _ := read(); len(ec) != 0 {
@@ -280,7 +281,7 @@ resync: 2s
 	// edge/shop keeps its servers, shop/web is told why, the refusal is
 	// counted. Once shop/web is unmapped from edge (its servers leave on
 	// purpose), the same edit applies by itself.
-	must(t, os.WriteFile(configPath, []byte(configFor("blog")), 0o644))
+	must.OK(t, os.WriteFile(configPath, []byte(configFor("blog")), 0o644))
 	eventually(t, ctx, "ConfigurationChangeRefused on shop/web", func() bool {
 		return events("shop", "web", "ConfigurationChangeRefused", "every server of shop/web out of edge/shop (namespace shop may not map onto edge/shop:")
 	})
@@ -290,12 +291,12 @@ resync: 2s
 	}
 	ctl.expectMetrics(t, `stickydrain_controller_config_changes_total{result="revoking"} 1`)
 	var web corev1.Service
-	must(t, k.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "web"}, &web))
+	must.OK(t, k.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "web"}, &web))
 	web.Annotations["stickydrain.io/upstreams"] = "plus/shop"
-	must(t, k.Update(ctx, &web))
+	must.OK(t, k.Update(ctx, &web))
 	eventually(t, ctx, "edge/shop emptied once shop/web is unmapped from it", func() bool { es, _, _ := read(); return len(es) == 0 })
 	eventually(t, ctx, "the held configuration applied", func() bool {
-		body, err := e2e.ScrapeGuarded(ctx, ctl.c, ctl.metricsPort)
+		body, err := framework.ScrapeGuarded(ctx, ctl.c, ctl.metricsPort)
 		return err == nil && strings.Contains(body, `stickydrain_controller_config_changes_total{result="applied"} 1`)
 	})
 	if _, _, ps := read(); !holds(ps, shopA, shopB) {
@@ -304,9 +305,9 @@ resync: 2s
 	// A Namespace's labels are the operator's word too, read as they
 	// change: plus takes shop away at once.
 	var ns corev1.Namespace
-	must(t, k.Get(ctx, client.ObjectKey{Name: "shop"}, &ns))
+	must.OK(t, k.Get(ctx, client.ObjectKey{Name: "shop"}, &ns))
 	ns.Labels = map[string]string{"tenant": "none"}
-	must(t, k.Update(ctx, &ns))
+	must.OK(t, k.Update(ctx, &ns))
 	eventually(t, ctx, "plus/shop emptied after shop lost its label", func() bool { _, _, ps := read(); return len(ps) == 0 })
 	// The pinned upstream is the operator's word: it stays.
 	service("shop", "checkout", "edge/checkout", map[string]string{"app": "web"})

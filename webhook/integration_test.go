@@ -27,7 +27,8 @@ import (
 	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/certs"
 	"github.com/stickydrain/stickydrain/test/cluster"
-	"github.com/stickydrain/stickydrain/test/e2e"
+	"github.com/stickydrain/stickydrain/test/framework"
+	"github.com/stickydrain/stickydrain/test/must"
 	"github.com/stickydrain/stickydrain/test/podhost"
 	"github.com/stickydrain/stickydrain/test/sessionapp"
 	"github.com/stickydrain/stickydrain/test/testbin"
@@ -54,11 +55,11 @@ func startWebhook(t *testing.T, c *cluster.Cluster) (port, metricsPort int, caPE
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	kubeconfig, err := e2e.ServiceAccount(ctx, c, "webhook")
+	kubeconfig, err := framework.ServiceAccount(ctx, c, "webhook")
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := e2e.StartWebhook(ctx, bin, kubeconfig, t.TempDir(), drainctlImage)
+	w, err := framework.StartWebhook(ctx, bin, kubeconfig, t.TempDir(), drainctlImage)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func startWebhook(t *testing.T, c *cluster.Cluster) (port, metricsPort int, caPE
 // each clientConfig pointed at the webhook under test.
 func installWebhookConfigurations(t *testing.T, c *cluster.Cluster, port int, ca []byte) {
 	t.Helper()
-	if err := e2e.InstallWebhookConfigurations(context.Background(), c, fmt.Sprintf("https://127.0.0.1:%d", port), ca); err != nil {
+	if err := framework.InstallWebhookConfigurations(context.Background(), c, fmt.Sprintf("https://127.0.0.1:%d", port), ca); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -139,12 +140,12 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	k := c.Client
-	must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+	must.OK(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name: "shop", Labels: map[string]string{api.OptInLabel: api.LabelEnabled},
 		// Namespace-wide defaults, which the pods' annotations override.
 		Annotations: map[string]string{api.AnnotationMaxWait: "2h", api.AnnotationInterval: "200ms"},
 	}}))
-	must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "plain"}}))
+	must.OK(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "plain"}}))
 
 	// The apiserver takes a moment to see new webhook configurations: wait
 	// until a dry-run pod comes back mutated.
@@ -187,7 +188,7 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 	// Outside opted-in namespaces, nothing is touched.
 	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "plain"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "sessionapp"}}}}
-	must(t, k.Create(ctx, plain, client.DryRunAll))
+	must.OK(t, k.Create(ctx, plain, client.DryRunAll))
 	if plain.Spec.Containers[0].Lifecycle != nil || len(plain.Spec.InitContainers) != 0 {
 		t.Error("a pod outside opted-in namespaces was mutated")
 	}
@@ -201,14 +202,14 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 		err := k.Create(ctx, optedInPlain.DeepCopy(), client.DryRunAll)
 		return err != nil && strings.Contains(err.Error(), `annotation stickydrain.io/max-wait: "12" is not a duration`)
 	})
-	must(t, k.Create(ctx, sessionDeployment("plain", "other", map[string]string{api.AnnotationMaxWait: "12"}), client.DryRunAll))
+	must.OK(t, k.Create(ctx, sessionDeployment("plain", "other", map[string]string{api.AnnotationMaxWait: "12"}), client.DryRunAll))
 	if m := scrape(t, c, metricsPort); strings.Contains(m, `reason="not-opted-in",result="allowed",webhook="validate-deployment"`) {
 		t.Errorf("the validating webhook received a Deployment that does not opt in:\n%s", m)
 	}
 
 	// A Deployment's pod, made by the real ReplicaSet controller, is stored
 	// mutated.
-	must(t, k.Create(ctx, sessionDeployment("shop", "web", map[string]string{
+	must.OK(t, k.Create(ctx, sessionDeployment("shop", "web", map[string]string{
 		api.AnnotationURL: "http://localhost:8080/sessions", api.AnnotationFormat: "number",
 		api.AnnotationMinWait: "1s", api.AnnotationMaxWait: "60s",
 	})))
@@ -248,7 +249,7 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 	user := &http.Client{Jar: jar, Timeout: 5 * time.Second}
 	base := "http://" + pod.Status.PodIP + ":8080"
 	post(t, user, base+"/login?user=carol")
-	must(t, k.Delete(ctx, &pod))
+	must.OK(t, k.Delete(ctx, &pod))
 	if _, err := host.WaitFor(ctx, "shop", pod.Name, "app", podhost.StepPreStopStarted); err != nil {
 		t.Fatal(err)
 	}
@@ -273,8 +274,8 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 	// A rotated certificate (as cert-manager renews it) is served without a
 	// restart.
 	rotated, err := certs.Generate(certs.Options{DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
-	must(t, err)
-	must(t, rotated.WriteDir(certDir))
+	must.OK(t, err)
+	must.OK(t, rotated.WriteDir(certDir))
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(rotated.CACert)
 	poll(t, ctx, "the rotated certificate served", func() bool {
@@ -303,7 +304,7 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 }
 
 func scrape(t *testing.T, c *cluster.Cluster, port int) string {
-	body, err := e2e.ScrapeGuarded(context.Background(), c, port)
+	body, err := framework.ScrapeGuarded(context.Background(), c, port)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,12 +337,5 @@ func poll(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
 	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
-	}
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/test/cluster"
+	"github.com/stickydrain/stickydrain/test/must"
 	"github.com/stickydrain/stickydrain/webhook/inject"
 )
 
@@ -65,8 +66,8 @@ func TestWebhookScopeWarningsAndDryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{api.OptInLabel: api.LabelEnabled}}}))
-	must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "look", Labels: map[string]string{api.OptInLabel: api.LabelDryRun}}}))
+	must.OK(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{api.OptInLabel: api.LabelEnabled}}}))
+	must.OK(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "look", Labels: map[string]string{api.OptInLabel: api.LabelDryRun}}}))
 
 	// As the quick start's user first wrote it: no session URL, no probe,
 	// no port, the default max-wait of 1h.
@@ -128,7 +129,7 @@ func TestWebhookScopeWarningsAndDryRun(t *testing.T) {
 	// alone; a StatefulSet's is not.
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "report", Namespace: "shop"}, Spec: batchv1.JobSpec{
 		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: "sessionapp"}}}}}}
-	must(t, k.Create(ctx, job))
+	must.OK(t, k.Create(ctx, job))
 	owned := func(kind, name string, uid string) []metav1.OwnerReference {
 		return []metav1.OwnerReference{{APIVersion: "v1", Kind: kind, Name: name, UID: apitypes.UID(uid), Controller: ptr.To(true)}}
 	}
@@ -144,7 +145,7 @@ func TestWebhookScopeWarningsAndDryRun(t *testing.T) {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: "shop", OwnerReferences: tc.owners,
 			Annotations: map[string]string{api.AnnotationURL: "http://localhost:8080/sessions"}},
 			Spec: sessionDeployment("shop", "x", nil).Spec.Template.Spec}
-		must(t, k.Create(ctx, p, client.DryRunAll))
+		must.OK(t, k.Create(ctx, p, client.DryRunAll))
 		if hooked := p.Annotations[api.AnnotationStatus] == api.StatusInjected; hooked != tc.hooked {
 			t.Errorf("pod %s (owners %v): injected %v, want %v", tc.name, tc.owners, hooked, tc.hooked)
 		}
@@ -153,13 +154,13 @@ func TestWebhookScopeWarningsAndDryRun(t *testing.T) {
 	// The dry-run reporter watches only the pods the webhook labelled (the
 	// API server filters): a pod outside any opt-in carrying the
 	// annotation by hand is never read, so it gets no Event.
-	must(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "quiet"}}))
-	must(t, k.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: "quiet",
+	must.OK(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "quiet"}}))
+	must.OK(t, k.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: "quiet",
 		Annotations: map[string]string{api.AnnotationDryRun: "forged by hand"}}, Spec: sessionDeployment("quiet", "x", nil).Spec.Template.Spec}))
 
 	// Dry run: the Deployment's pod is created unchanged, annotated, and
 	// gets an Event saying what the drain would have been.
-	must(t, k.Create(ctx, sessionDeployment("look", "web", map[string]string{api.AnnotationURL: "http://localhost:8080/sessions", api.AnnotationMaxWait: "20m"})))
+	must.OK(t, k.Create(ctx, sessionDeployment("look", "web", map[string]string{api.AnnotationURL: "http://localhost:8080/sessions", api.AnnotationMaxWait: "20m"})))
 	var looked corev1.Pod
 	poll(t, ctx, "the dry-run Deployment's pod", func() bool {
 		var pods corev1.PodList
@@ -195,7 +196,7 @@ func TestWebhookScopeWarningsAndDryRun(t *testing.T) {
 		t.Errorf("the dry-run pod lacks the label %s=%s: %v", api.DryRunPodLabel, api.DryRunPodValue, looked.Labels)
 	}
 	var quiet eventsv1.EventList
-	must(t, k.List(ctx, &quiet, client.InNamespace("quiet")))
+	must.OK(t, k.List(ctx, &quiet, client.InNamespace("quiet")))
 	for _, e := range quiet.Items {
 		if e.Reason == api.ReasonDryRun {
 			t.Errorf("an Event on a pod the webhook never let through in dry run: %s %s", e.Regarding.Name, e.Note)

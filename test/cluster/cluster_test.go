@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stickydrain/stickydrain/test/cluster"
+	"github.com/stickydrain/stickydrain/test/must"
 )
 
 // endpointState is what the EndpointSlice controller published for one
@@ -40,15 +41,15 @@ func TestEndpointSliceFollowsPodLifecycle(t *testing.T) {
 	k := c.Client
 
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "lifecycle"}}
-	must(t, k.Create(ctx, ns))
+	must.OK(t, k.Create(ctx, ns))
 	labels := map[string]string{"app": "web"}
-	must(t, k.Create(ctx, &corev1.Service{
+	must.OK(t, k.Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns.Name},
 		Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{
 			Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080),
 		}}},
 	}))
-	must(t, k.Create(ctx, &appsv1.Deployment{
+	must.OK(t, k.Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns.Name},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](2),
@@ -91,9 +92,9 @@ func TestEndpointSliceFollowsPodLifecycle(t *testing.T) {
 	// Graceful deletion: the Pod stays (a kubelet would now run its preStop
 	// hook) and its endpoint turns terminating while still serving.
 	victim := pods.Items[0].Name
-	must(t, k.Delete(ctx, &pods.Items[0], client.GracePeriodSeconds(30)))
+	must.OK(t, k.Delete(ctx, &pods.Items[0], client.GracePeriodSeconds(30)))
 	var got corev1.Pod
-	must(t, k.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: victim}, &got))
+	must.OK(t, k.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: victim}, &got))
 	if got.DeletionTimestamp == nil {
 		t.Fatalf("pod %s has no deletionTimestamp after graceful delete", victim)
 	}
@@ -104,7 +105,7 @@ func TestEndpointSliceFollowsPodLifecycle(t *testing.T) {
 	waitEndpoints(t, ctx, c, ns.Name, "web", "the deleted pod's endpoint terminating and serving", want)
 
 	// The kubelet finishes the deletion: the Pod and its endpoint go.
-	must(t, k.Delete(ctx, &got, client.GracePeriodSeconds(0)))
+	must.OK(t, k.Delete(ctx, &got, client.GracePeriodSeconds(0)))
 	poll(t, ctx, "the pod object gone", func() (bool, error) {
 		err := k.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: victim}, &got)
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
@@ -117,11 +118,11 @@ func TestEndpointSliceFollowsPodLifecycle(t *testing.T) {
 // would, and reports it Running and Ready at ip, as a kubelet would.
 func runAsKubelet(t *testing.T, ctx context.Context, c *cluster.Cluster, p *corev1.Pod, ip string) {
 	t.Helper()
-	must(t, c.Client.SubResource("binding").Create(ctx, p, &corev1.Binding{
+	must.OK(t, c.Client.SubResource("binding").Create(ctx, p, &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: c.Nodes[0]},
 	}))
-	must(t, c.Client.Get(ctx, client.ObjectKeyFromObject(p), p))
+	must.OK(t, c.Client.Get(ctx, client.ObjectKeyFromObject(p), p))
 	now := metav1.Now()
 	p.Status = corev1.PodStatus{
 		Phase:     corev1.PodRunning,
@@ -140,7 +141,7 @@ func runAsKubelet(t *testing.T, ctx context.Context, c *cluster.Cluster, p *core
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
 		}},
 	}
-	must(t, c.Client.Status().Update(ctx, p))
+	must.OK(t, c.Client.Status().Update(ctx, p))
 }
 
 func waitEndpoints(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, svc, what string, want map[string]endpointState) {
@@ -177,13 +178,6 @@ func poll(t *testing.T, ctx context.Context, what string, cond func() (bool, err
 		return cond()
 	}); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
-	}
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 

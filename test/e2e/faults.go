@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stickydrain/stickydrain/test/cluster"
+	"github.com/stickydrain/stickydrain/test/framework"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
 	"github.com/stickydrain/stickydrain/test/proc"
 	"github.com/stickydrain/stickydrain/test/tcpfront"
@@ -224,7 +225,7 @@ func (e *Env) Leader() int {
 // LeaderProc is the controller process holding the Lease, nil when none
 // does. A replica killed and started again by the supervisor is a new
 // process in the same place: compare processes, not places.
-func (e *Env) LeaderProc() *Controller {
+func (e *Env) LeaderProc() *framework.Controller {
 	i := e.Leader()
 	if i < 0 {
 		return nil
@@ -279,10 +280,10 @@ func (e *Env) leaderlessThroughout(from, to time.Time) bool {
 	return false
 }
 
-func (e *Env) controllers() []*Controller {
+func (e *Env) controllers() []*framework.Controller {
 	e.ctlMu.Lock()
 	defer e.ctlMu.Unlock()
-	return append([]*Controller(nil), e.Controllers...)
+	return append([]*framework.Controller(nil), e.Controllers...)
 }
 
 // supervise restarts a controller replica that exited — leader election
@@ -312,7 +313,7 @@ func (e *Env) supervise(ctx context.Context) {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				continue
 			}
-			nc, err := StartController(ctx, e.built["controller"], e.controllerKubeconfig, dir, e.controllerConfig(), "--leader-elect", "--leader-election-namespace", "stickydrain-system")
+			nc, err := framework.StartController(ctx, e.built["controller"], e.controllerKubeconfig, dir, e.controllerConfig(), "--leader-elect", "--leader-election-namespace", "stickydrain-system")
 			if err != nil {
 				e.log("restarting controller replica %d: %v", i+1, err)
 				continue

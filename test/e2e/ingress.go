@@ -24,6 +24,7 @@ import (
 
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/plan"
+	"github.com/stickydrain/stickydrain/test/framework"
 	"github.com/stickydrain/stickydrain/test/install"
 	"github.com/stickydrain/stickydrain/test/peers"
 	"github.com/stickydrain/stickydrain/test/proc"
@@ -303,7 +304,7 @@ func (e *Env) runIngress(ctx context.Context) (*ingressProxy, error) {
 // what its own install gives it) and returns a kubeconfig for its
 // ServiceAccount.
 func (e *Env) ingressServiceAccount(ctx context.Context, kind Ingress) (string, error) {
-	if err := install.ApplyFile(ctx, e.Cluster, filepath.Join(repoRoot(), "test", "e2e", "testdata", "ingress", string(kind)+"-rbac.yaml")); err != nil {
+	if err := install.ApplyFile(ctx, e.Cluster, filepath.Join(framework.RepoRoot(), "test", "e2e", "testdata", "ingress", string(kind)+"-rbac.yaml")); err != nil {
 		return "", err
 	}
 	return e.Cluster.AddUser("system:serviceaccount:"+ingressNamespace+":"+string(kind),

@@ -17,6 +17,7 @@ import (
 
 	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
+	"github.com/stickydrain/stickydrain/test/must"
 )
 
 // TestUninstallInOrderLosesNoRequest follows docs/install.md's
@@ -56,12 +57,12 @@ func TestUninstallInOrderLosesNoRequest(t *testing.T) {
 
 	// 1. Stop opting in, and roll.
 	var ns corev1.Namespace
-	must(t, k.Get(ctx, types.NamespacedName{Name: Namespace}, &ns))
+	must.OK(t, k.Get(ctx, types.NamespacedName{Name: Namespace}, &ns))
 	delete(ns.Labels, api.OptInLabel)
-	must(t, k.Update(ctx, &ns))
+	must.OK(t, k.Update(ctx, &ns))
 	t.Log("step 1: the Namespace no longer opts in; rolling to v2")
 	clients.RolloutStarted()
-	must(t, env.Rollout(ctx, "v2"))
+	must.OK(t, env.Rollout(ctx, "v2"))
 	waitUntil(t, ctx, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
 	settle(ctx, obs, false)
 	for _, d := range obs.Records() {
@@ -70,7 +71,7 @@ func TestUninstallInOrderLosesNoRequest(t *testing.T) {
 		}
 	}
 	var pods corev1.PodList
-	must(t, k.List(ctx, &pods, client.InNamespace(Namespace), client.MatchingLabels{"app": "web"}))
+	must.OK(t, k.List(ctx, &pods, client.InNamespace(Namespace), client.MatchingLabels{"app": "web"}))
 	var ips []string
 	for _, p := range pods.Items {
 		if p.DeletionTimestamp != nil {
@@ -121,9 +122,9 @@ func TestUninstallInOrderLosesNoRequest(t *testing.T) {
 	// 3. Unmap the Service: the controller takes its servers out.
 	t.Log("step 3: the Service's stickydrain.io/upstreams removed")
 	var svc corev1.Service
-	must(t, k.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: "web"}, &svc))
+	must.OK(t, k.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: "web"}, &svc))
 	delete(svc.Annotations, api.AnnotationUpstreams)
-	must(t, k.Update(ctx, &svc))
+	must.OK(t, k.Update(ctx, &svc))
 	waitUntil(t, ctx, "the controller's servers out of both instances", func() bool {
 		for _, v := range env.views(ctx, false) {
 			if len(v.states) != 0 {
@@ -136,12 +137,12 @@ func TestUninstallInOrderLosesNoRequest(t *testing.T) {
 
 	// 4. Delete the webhook configurations; pods are created unhooked.
 	t.Log("step 4: the webhook configurations deleted; a fourth pod created")
-	must(t, k.Delete(ctx, &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "stickydrain"}}))
-	must(t, k.Delete(ctx, &admissionv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "stickydrain"}}))
+	must.OK(t, k.Delete(ctx, &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "stickydrain"}}))
+	must.OK(t, k.Delete(ctx, &admissionv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "stickydrain"}}))
 	var d appsv1.Deployment
-	must(t, k.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: "web"}, &d))
+	must.OK(t, k.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: "web"}, &d))
 	d.Spec.Replicas = ptr.To[int32](replicas + 1)
-	must(t, k.Update(ctx, &d))
+	must.OK(t, k.Update(ctx, &d))
 	waitUntil(t, ctx, "a fourth pod ready", func() bool {
 		return k.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: "web"}, &d) == nil && d.Status.ReadyReplicas == replicas+1
 	})
@@ -163,17 +164,10 @@ func TestUninstallInOrderLosesNoRequest(t *testing.T) {
 		t.Fatal("no session ended: nothing was tested")
 	}
 	var events corev1.EventList
-	must(t, k.List(ctx, &events, client.InNamespace(Namespace)))
+	must.OK(t, k.List(ctx, &events, client.InNamespace(Namespace)))
 	for _, ev := range events.Items {
 		if ev.Reason == "FailedCreate" {
 			t.Errorf("a pod creation was refused: %s", ev.Message)
 		}
-	}
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
 	}
 }

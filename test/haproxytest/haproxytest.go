@@ -9,6 +9,7 @@ package haproxytest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -248,6 +249,9 @@ type Options struct {
 	// marking the process (or the reload helper), every request waits
 	// GateLimit.
 	Gate bool
+	// GateLimit, when set, is the gate's limit in milliseconds instead
+	// of GateLimit (a test of the limit itself need not wait 5 s).
+	GateLimit int
 	// Readiness is what the readiness frontend asks of the marker:
 	// ReadyConfirmed (the default here) or ReadyFilled (the sample's).
 	Readiness Readiness
@@ -312,13 +316,15 @@ const GateLimit = 5000
 type Gate struct{ Global, Frontend string }
 
 // GateFor is the gate's lines for readyMap and the script at script.
-func GateFor(readyMap, script string) Gate {
+func GateFor(readyMap, script string) Gate { return gateFor(readyMap, script, GateLimit) }
+
+func gateFor(readyMap, script string, limit int) Gate {
 	return Gate{
 		Global: fmt.Sprintf(`    setenv STICKYDRAIN_READY_MAP %s
     lua-load %s
 `, readyMap, script),
 		Frontend: fmt.Sprintf(`    http-request lua.stickydrain_gate %[2]d if !{ str(filled),map(%[1]s) -m found } !{ str(replayed),map(%[1]s) -m found }
-`, readyMap, GateLimit),
+`, readyMap, limit),
 	}
 }
 
@@ -369,7 +375,7 @@ func RunWith(o Options, backends ...Backend) (*HAProxy, error) {
 	}
 	var gate Gate
 	if o.Gate {
-		gate = GateFor(h.ReadyMap, GateScript())
+		gate = gateFor(h.ReadyMap, GateScript(), cmp.Or(o.GateLimit, GateLimit))
 	}
 	var b strings.Builder
 	// Warnings (the gate's, a proxy's) go to the log the test reads.

@@ -13,6 +13,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/nginx/nginx-plus-go-client/v3/client"
 	"k8s.io/utils/ptr"
+
+	"github.com/stickydrain/stickydrain/test/must"
 )
 
 // These tests drive the emulator with the real nginx-plus-go-client.
@@ -40,16 +42,16 @@ func code(err error) string {
 func TestServerLifecycleWithTheRealClient(t *testing.T) {
 	e, c := start(t, Options{Upstreams: []Upstream{{Name: "shop", Zone: "shop", Servers: []Server{{Server: "198.18.0.1:8080"}}}}})
 	ctx := context.Background()
-	must(t, c.AddHTTPServer(ctx, "shop", client.UpstreamServer{Server: "198.18.0.2:8080"}))
+	must.OK(t, c.AddHTTPServer(ctx, "shop", client.UpstreamServer{Server: "198.18.0.2:8080"}))
 	servers, err := c.GetHTTPServers(ctx, "shop")
-	must(t, err)
+	must.OK(t, err)
 	if len(servers) != 2 || servers[1].ID != 1 || servers[1].Server != "198.18.0.2:8080" || *servers[1].Weight != 1 || servers[1].FailTimeout != "10s" {
 		t.Fatalf("servers %+v", servers)
 	}
 	// drain, as the controller sends it.
-	must(t, c.UpdateHTTPServer(ctx, "shop", client.UpstreamServer{ID: 1, Server: "198.18.0.2:8080", Drain: true}))
+	must.OK(t, c.UpdateHTTPServer(ctx, "shop", client.UpstreamServer{ID: 1, Server: "198.18.0.2:8080", Drain: true}))
 	ups, err := c.GetUpstreams(ctx)
-	must(t, err)
+	must.OK(t, err)
 	var states []string
 	for _, p := range (*ups)["shop"].Peers {
 		states = append(states, p.State)
@@ -57,13 +59,13 @@ func TestServerLifecycleWithTheRealClient(t *testing.T) {
 	if diff := cmp.Diff([]string{"up", "draining"}, states); diff != "" {
 		t.Errorf("peer states (-want +got):\n%s", diff)
 	}
-	must(t, c.UpdateHTTPServer(ctx, "shop", client.UpstreamServer{ID: 0, Server: "198.18.0.1:8080", Down: ptr.To(true)}))
+	must.OK(t, c.UpdateHTTPServer(ctx, "shop", client.UpstreamServer{ID: 0, Server: "198.18.0.1:8080", Down: ptr.To(true)}))
 	if s := e.Servers(false, "shop"); !s[0].Down {
 		t.Error("down not applied")
 	}
 	// IDs are never reused.
-	must(t, c.DeleteHTTPServer(ctx, "shop", "198.18.0.2:8080"))
-	must(t, c.AddHTTPServer(ctx, "shop", client.UpstreamServer{Server: "198.18.0.3:8080"}))
+	must.OK(t, c.DeleteHTTPServer(ctx, "shop", "198.18.0.2:8080"))
+	must.OK(t, c.AddHTTPServer(ctx, "shop", client.UpstreamServer{Server: "198.18.0.3:8080"}))
 	if s := e.Servers(false, "shop"); s[len(s)-1].ID != 2 {
 		t.Errorf("new server got ID %d, want 2 (1 was used)", s[len(s)-1].ID)
 	}
@@ -101,7 +103,7 @@ func TestErrorsAsNGINXPlusAnswers(t *testing.T) {
 	if rec.Code != 400 || !strings.Contains(rec.Body.String(), `unknown parameter \"drain\"`) || !strings.Contains(rec.Body.String(), `"request_id"`) {
 		t.Errorf("drain on a stream server: %d %s", rec.Code, rec.Body)
 	}
-	must(t, c.AddStreamServer(ctx, "tcp", client.StreamUpstreamServer{Server: "198.18.0.9:80", Down: ptr.To(true)}))
+	must.OK(t, c.AddStreamServer(ctx, "tcp", client.StreamUpstreamServer{Server: "198.18.0.9:80", Down: ptr.To(true)}))
 	e.FailNext(1, 502)
 	if _, err := c.GetHTTPServers(ctx, "shop"); err == nil {
 		t.Error("an injected fault did not fail the request")
@@ -124,35 +126,35 @@ func TestReloadAndRestartKeepOnlyWhatAStateFileKeeps(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e, c := start(t, Options{Upstreams: []Upstream{{Name: "shop", Zone: "shop", State: tc.state, Servers: []Server{{Server: "198.18.0.1:8080"}}}}})
 			ctx := context.Background()
-			must(t, c.AddHTTPServer(ctx, "shop", client.UpstreamServer{Server: "198.18.0.2:8080"}))
-			must(t, c.AddHTTPServer(ctx, "shop", client.UpstreamServer{Server: "198.18.0.3:8080"}))
+			must.OK(t, c.AddHTTPServer(ctx, "shop", client.UpstreamServer{Server: "198.18.0.2:8080"}))
+			must.OK(t, c.AddHTTPServer(ctx, "shop", client.UpstreamServer{Server: "198.18.0.3:8080"}))
 			e.Reload() // generation 2
 			if tc.state {
 				servers, err := c.GetHTTPServers(ctx, "shop")
-				must(t, err)
+				must.OK(t, err)
 				for _, s := range servers {
 					switch s.Server {
 					case "198.18.0.2:8080":
-						must(t, c.UpdateHTTPServer(ctx, "shop", client.UpstreamServer{ID: s.ID, Server: s.Server, Drain: true}))
+						must.OK(t, c.UpdateHTTPServer(ctx, "shop", client.UpstreamServer{ID: s.ID, Server: s.Server, Drain: true}))
 					case "198.18.0.3:8080":
-						must(t, c.DeleteHTTPServer(ctx, "shop", s.Server))
+						must.OK(t, c.DeleteHTTPServer(ctx, "shop", s.Server))
 					}
 				}
 			}
 			before, err := c.GetNginxInfo(ctx)
-			must(t, err)
+			must.OK(t, err)
 			if tc.restart {
 				e.Restart()
 			} else {
 				e.Reload()
 			}
 			after, err := c.GetNginxInfo(ctx)
-			must(t, err)
+			must.OK(t, err)
 			if want := tc.gen(before.Generation); after.Generation != want || after.LoadTimestamp == before.LoadTimestamp {
 				t.Errorf("generation %d → %d (want %d), load_timestamp %s → %s", before.Generation, after.Generation, want, before.LoadTimestamp, after.LoadTimestamp)
 			}
 			servers, err := c.GetHTTPServers(ctx, "shop")
-			must(t, err)
+			must.OK(t, err)
 			var got []string
 			for _, s := range servers {
 				got = append(got, fmt.Sprintf("%s %v", s.Server, s.Drain))
@@ -167,7 +169,7 @@ func TestReloadAndRestartKeepOnlyWhatAStateFileKeeps(t *testing.T) {
 
 func TestParseUpstreamFlag(t *testing.T) {
 	name, s, err := ParseUpstreamFlag("legacy=127.0.0.1:9001 weight=2 max_fails=3 drain", false)
-	must(t, err)
+	must.OK(t, err)
 	if name != "legacy" || s.Server != "127.0.0.1:9001" || s.Weight != 2 || s.MaxFails != 3 || !s.Drain {
 		t.Errorf("got %s %+v", name, s)
 	}
@@ -178,12 +180,5 @@ func TestParseUpstreamFlag(t *testing.T) {
 	}
 	if _, _, err := ParseUpstreamFlag("tcp=127.0.0.1:1 drain", true); err == nil {
 		t.Error("drain accepted on a stream server")
-	}
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
 	}
 }

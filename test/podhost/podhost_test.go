@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stickydrain/stickydrain/test/cluster"
+	"github.com/stickydrain/stickydrain/test/must"
 	"github.com/stickydrain/stickydrain/test/podhost"
 	"github.com/stickydrain/stickydrain/test/sessionapp"
 	"github.com/stickydrain/stickydrain/test/testbin"
@@ -190,12 +191,12 @@ func TestDeploymentPodsDrainThroughPreStop(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	k := e.c.Client
-	must(t, k.Create(ctx, &corev1.Service{
+	must.OK(t, k.Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: e.ns},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
 	}))
-	must(t, k.Create(ctx, &appsv1.Deployment{
+	must.OK(t, k.Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: e.ns},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](2),
@@ -239,7 +240,7 @@ func TestDeploymentPodsDrainThroughPreStop(t *testing.T) {
 
 	// Graceful deletion runs the preStop: drainctl, installed by the init
 	// container, polls the app over the pod's localhost and waits.
-	must(t, k.Delete(ctx, &a, client.GracePeriodSeconds(30)))
+	must.OK(t, k.Delete(ctx, &a, client.GracePeriodSeconds(30)))
 	e.step(t, a.Name, "app", podhost.StepPreStopStarted)
 	eventually(t, ctx, "pod a's endpoint terminating and still serving", func() bool {
 		return e.endpoints(t, ctx)[a.Status.PodIP] == endpoint{Ready: false, Serving: true, Terminating: true}
@@ -285,9 +286,9 @@ func TestDeploymentPodsDrainThroughPreStop(t *testing.T) {
 	// the downward-API volume carries into the pod.
 	bob := newClient(t)
 	call(t, bob, "POST", "http://"+b.Status.PodIP+":8080/login?user=bob")
-	must(t, k.Delete(ctx, &b, client.GracePeriodSeconds(30)))
+	must.OK(t, k.Delete(ctx, &b, client.GracePeriodSeconds(30)))
 	e.step(t, b.Name, "app", podhost.StepPreStopStarted)
-	must(t, k.Patch(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: b.Name, Namespace: e.ns}},
+	must.OK(t, k.Patch(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: b.Name, Namespace: e.ns}},
 		client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"stickydrain.io/release":"true"}}}`))))
 	if ev := e.step(t, b.Name, "app", podhost.StepPreStopFinished); ev.ExitCode != 5 {
 		t.Errorf("released preStop exit %d, want 5 (released)\n%s", ev.ExitCode, e.host.Logs(e.ns, b.Name, "app"))
@@ -312,9 +313,9 @@ func TestGracePeriodKillsAnOverrunningHook(t *testing.T) {
 			}},
 		},
 	}
-	must(t, e.c.Client.Create(ctx, pod))
+	must.OK(t, e.c.Client.Create(ctx, pod))
 	e.step(t, pod.Name, "main", podhost.StepReady)
-	must(t, e.c.Client.Delete(ctx, pod))
+	must.OK(t, e.c.Client.Delete(ctx, pod))
 
 	seen := e.step(t, pod.Name, "", podhost.StepDeletionSeen)
 	timedOut := e.step(t, pod.Name, "main", podhost.StepPreStopTimedOut)
@@ -337,13 +338,6 @@ func TestGracePeriodKillsAnOverrunningHook(t *testing.T) {
 	}
 	if err := e.c.Client.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{}); !apierrors.IsNotFound(err) {
 		t.Errorf("pod still there after the kubelet's final delete: %v", err)
-	}
-}
-
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -373,7 +367,7 @@ func TestProbesRestartsAndStatus(t *testing.T) {
 			},
 		},
 	}
-	must(t, e.c.Client.Create(ctx, pod))
+	must.OK(t, e.c.Client.Create(ctx, pod))
 	e.step(t, pod.Name, "web", podhost.StepReady)
 	e.step(t, pod.Name, "checker", podhost.StepReady)
 	e.step(t, pod.Name, "crasher", podhost.StepRestarting)
@@ -431,7 +425,7 @@ func TestStopLeavesNothing(t *testing.T) {
 	defer cancel()
 	tpl := sessionPod(30)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "leftover", Namespace: e.ns}, Spec: tpl.Spec}
-	must(t, e.c.Client.Create(ctx, pod))
+	must.OK(t, e.c.Client.Create(ctx, pod))
 	e.step(t, pod.Name, "app", podhost.StepReady)
 	if _, err := os.Stat("/stickydrain/bin/drainctl"); err == nil {
 		t.Error("the emptyDir's content is visible on the host at the mount path; it belongs to the container's mount namespace")
@@ -503,9 +497,9 @@ func TestHTTPGetPreStop(t *testing.T) {
 			}},
 		},
 	}
-	must(t, e.c.Client.Create(ctx, pod))
+	must.OK(t, e.c.Client.Create(ctx, pod))
 	e.step(t, pod.Name, "app", podhost.StepReady)
-	must(t, e.c.Client.Delete(ctx, pod))
+	must.OK(t, e.c.Client.Delete(ctx, pod))
 	ev := e.step(t, pod.Name, "app", podhost.StepPreStopFinished)
 	if ev.ExitCode != 0 || !strings.Contains(ev.Detail, "200") {
 		t.Errorf("httpGet preStop: exit %d, %q; want 0 and the 200 status", ev.ExitCode, ev.Detail)
@@ -523,7 +517,7 @@ func TestStoppingOneHostLeavesAnothersVolumes(t *testing.T) {
 	c := cluster.StartT(t, cluster.Options{Nodes: []string{"node-a", "node-b"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	must(t, c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shared"}}))
+	must.OK(t, c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shared"}}))
 	hosts := map[string]*podhost.Host{}
 	for _, node := range []string{"node-a", "node-b"} {
 		h, err := podhost.Start(ctx, podhost.Options{
@@ -540,7 +534,7 @@ func TestStoppingOneHostLeavesAnothersVolumes(t *testing.T) {
 		hosts[node] = h
 		// Each pod reads its downward-API file every 100 ms and says
 		// whether it could.
-		must(t, c.Client.Create(ctx, &corev1.Pod{
+		must.OK(t, c.Client.Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "reader-" + node, Namespace: "shared", Annotations: map[string]string{"x": "y"}},
 			Spec: corev1.PodSpec{
 				NodeName: node,

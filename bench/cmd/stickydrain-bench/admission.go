@@ -31,7 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stickydrain/stickydrain/test/cluster"
-	"github.com/stickydrain/stickydrain/test/e2e"
+	"github.com/stickydrain/stickydrain/test/framework"
 	"github.com/stickydrain/stickydrain/test/testbin"
 )
 
@@ -123,7 +123,7 @@ func admission(ctx context.Context, dir string, logf func(string, ...any), sz si
 	if err != nil {
 		return "", err
 	}
-	kubeconfig, err := e2e.ServiceAccount(ctx, c, "webhook")
+	kubeconfig, err := framework.ServiceAccount(ctx, c, "webhook")
 	if err != nil {
 		return "", err
 	}
@@ -131,7 +131,7 @@ func admission(ctx context.Context, dir string, logf func(string, ...any), sz si
 	if pprofAddr != "" {
 		extra = append(extra, "--pprof-bind-address", pprofAddr)
 	}
-	w, err := e2e.StartWebhook(ctx, bin, kubeconfig, dir, e2e.DrainctlImage, extra...)
+	w, err := framework.StartWebhook(ctx, bin, kubeconfig, dir, framework.DrainctlImage, extra...)
 	if err != nil {
 		return "", err
 	}
@@ -146,7 +146,7 @@ func admission(ctx context.Context, dir string, logf func(string, ...any), sz si
 	if err := os.MkdirAll(noopDir, 0o755); err != nil {
 		return "", err
 	}
-	noop, err := e2e.StartWebhook(ctx, noopBin, kubeconfig, noopDir, e2e.DrainctlImage)
+	noop, err := framework.StartWebhook(ctx, noopBin, kubeconfig, noopDir, framework.DrainctlImage)
 	if err != nil {
 		return "", fmt.Errorf("the no-op webhook: %w", err)
 	}
@@ -299,7 +299,7 @@ func admission(ctx context.Context, dir string, logf func(string, ...any), sz si
 				return "", err
 			}
 			if k.base != "" {
-				if err := e2e.InstallWebhookConfigurations(ctx, c, k.base, k.ca); err != nil {
+				if err := framework.InstallWebhookConfigurations(ctx, c, k.base, k.ca); err != nil {
 					return "", err
 				}
 			}

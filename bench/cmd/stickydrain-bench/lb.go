@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/stickydrain/stickydrain/test/cluster"
-	"github.com/stickydrain/stickydrain/test/e2e"
+	"github.com/stickydrain/stickydrain/test/framework"
 	"github.com/stickydrain/stickydrain/test/nginxplus"
 	"github.com/stickydrain/stickydrain/test/testbin"
 )
@@ -215,7 +215,7 @@ func activeHAProxyServers(sock string) (int, error) {
 
 // startController runs the controller (bin, or built from this tree) as
 // its shipped ServiceAccount with config, its files in dir.
-func startController(ctx context.Context, c *cluster.Cluster, bin, dir, config string) (*e2e.Controller, error) {
+func startController(ctx context.Context, c *cluster.Cluster, bin, dir, config string) (*framework.Controller, error) {
 	if bin == "" {
 		b := testbin.New()
 		defer b.Close() // Linux keeps a running binary's file until it exits
@@ -224,9 +224,9 @@ func startController(ctx context.Context, c *cluster.Cluster, bin, dir, config s
 			return nil, err
 		}
 	}
-	kubeconfig, err := e2e.ServiceAccount(ctx, c, "controller")
+	kubeconfig, err := framework.ServiceAccount(ctx, c, "controller")
 	if err != nil {
 		return nil, err
 	}
-	return e2e.StartController(ctx, bin, kubeconfig, dir, config)
+	return framework.StartController(ctx, bin, kubeconfig, dir, config)
 }

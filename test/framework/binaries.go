@@ -146,6 +146,7 @@ func ControllerServiceAccount(ctx context.Context, c *cluster.Cluster) (string, 
 type Controller struct {
 	*proc.Proc
 	MetricsPort int
+	Kubeconfig  string // the kubeconfig it runs with
 }
 
 // StartController runs the controller binary bin against kubeconfig with
@@ -161,7 +162,7 @@ func StartController(ctx context.Context, bin, kubeconfig, dir, config string, e
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{MetricsPort: ports[0]}
+	c := &Controller{MetricsPort: ports[0], Kubeconfig: kubeconfig}
 	args := append([]string{"--config", cfg, "--kubeconfig", kubeconfig,
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[1])}, extra...)

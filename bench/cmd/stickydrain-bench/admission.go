@@ -241,12 +241,6 @@ func admission(ctx context.Context, dir string, logf func(string, ...any), sz si
 	// Ratios to the floor, each from the same run: ours, then the no-op
 	// webhook, at each rate.
 	rt := table{head: []string{"figure", "stickydrain", "floor: no-op webhook", "ratio", "goal"}}
-	ratio := func(ours, floor float64) string {
-		if floor <= 0 {
-			return "n/a"
-		}
-		return fmt.Sprintf("%.2f×", ours/floor)
-	}
 	for _, rate := range []int{100, 500, 1000} {
 		ours, err := run(fmt.Sprintf("%d/s fixed", rate), 3, w.Pid(), func() (runResult, error) {
 			if pprofAddr != "" && rate == 1000 {

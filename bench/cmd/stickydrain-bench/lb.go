@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/framework"
 	"github.com/stickydrain/stickydrain/test/nginxplus"
+	"github.com/stickydrain/stickydrain/test/proc"
 	"github.com/stickydrain/stickydrain/test/testbin"
 )
 
@@ -229,4 +231,37 @@ func startController(ctx context.Context, c *cluster.Cluster, bin, dir, config s
 		return nil, err
 	}
 	return framework.StartController(ctx, bin, kubeconfig, dir, config)
+}
+
+// startFloorDrainer runs bench/cmd/floor-drainer, built from this tree,
+// with kubeconfig (the controller's: its shipped ServiceAccount) on the
+// propagation namespace and the HAProxy Runtime API sockets socks, and
+// waits until it has read the slots and synced its watch.
+func startFloorDrainer(kubeconfig, dir string, socks []string) (*proc.Proc, error) {
+	b := testbin.New()
+	defer b.Close()
+	bin, err := b.Build("github.com/stickydrain/stickydrain/bench/cmd/floor-drainer")
+	if err != nil {
+		return nil, err
+	}
+	ready := filepath.Join(dir, "floor-drainer.ready")
+	args := []string{"--kubeconfig", kubeconfig, "--namespace", propNS, "--ready-file", ready}
+	for _, s := range socks {
+		args = append(args, "--haproxy", s)
+	}
+	p, err := proc.Start(filepath.Join(dir, "floor-drainer.log"), bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, err := os.Stat(ready); err == nil {
+			return p, nil
+		}
+		if time.Now().After(deadline) {
+			p.Stop()
+			return nil, fmt.Errorf("the floor drainer was not ready after a minute (log %s)", p.Log)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -28,6 +28,15 @@ func summarise(d []time.Duration) dist {
 	return dist{N: len(s), P50: q(0.50), P99: q(0.99), P999: q(0.999), Max: s[len(s)-1]}
 }
 
+// ratio is ours over floor, as a figure of the ratio tables; "n/a" when
+// the floor is not above zero.
+func ratio[T ~int64 | ~float64](ours, floor T) string {
+	if floor <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f×", float64(ours)/float64(floor))
+}
+
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
 
 // usage is a process's CPU time and memory, from /proc.

@@ -120,7 +120,7 @@ func propagation(ctx context.Context, dir string, logf func(string, ...any), con
 		backends = append(backends, haproxytest.Backend{Name: svcName(i), Slots: propPerSvc + 4})
 		ups = append(ups, nginxplus.Upstream{Name: svcName(i), Zone: svcName(i)})
 	}
-	var haAddrs, plusAddrs []string
+	var haAddrs, plusAddrs, recorders []string
 	for i := range 2 {
 		d := filepath.Join(dir, fmt.Sprintf("haproxy-%d", i))
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -136,6 +136,7 @@ func propagation(ctx context.Context, dir string, logf func(string, ...any), con
 			return "", err
 		}
 		haAddrs = append(haAddrs, fmt.Sprintf("%q", "unix://"+sock))
+		recorders = append(recorders, sock)
 		em := nginxplus.New(nginxplus.Options{Upstreams: ups})
 		u, err := emulatorServer(runCtx, j, fmt.Sprintf("plus-%d", i), em)
 		if err != nil {
@@ -255,7 +256,10 @@ resync: 10m
 		requests, commands   map[string]int
 		changes              int
 	}
-	measure := func(label string, svcs []int, gap time.Duration) (result, error) {
+	// measure deletes one pod of each of svcs (at once, or one every gap)
+	// and waits until each drain is confirmed on both instances of each
+	// of lbs, as drained by who.
+	measure := func(label string, svcs []int, gap time.Duration, lbs []string, who string) (result, error) {
 		j.reset()
 		r := result{label: label, fromTerm: map[string][]time.Duration{}, fromDelete: map[string][]time.Duration{}, requests: map[string]int{}, commands: map[string]int{}, changes: len(svcs)}
 		deleted := make([]time.Time, len(svcs))
@@ -281,7 +285,7 @@ resync: 10m
 		for {
 			done := 0
 			for _, i := range svcs {
-				if len(j.firstDrain(svcName(i))) == 4 {
+				if len(j.firstDrain(svcName(i))) == 2*len(lbs) {
 					done++
 				}
 			}
@@ -289,7 +293,7 @@ resync: 10m
 				break
 			}
 			if time.Now().After(deadline) {
-				return r, fmt.Errorf("%s: %d of %d drains applied on all 4 instances after 2 minutes (controller log %s)", label, done, len(svcs), ctl.Log)
+				return r, fmt.Errorf("%s: %d of %d drains applied on all %d instances after 2 minutes (%s)", label, done, len(svcs), 2*len(lbs), who)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -302,7 +306,7 @@ resync: 10m
 			if !ok {
 				return r, fmt.Errorf("%s: the endpoint of %s-0 was never seen terminating", label, svcName(i))
 			}
-			for _, lb := range []string{"haproxy", "plus"} {
+			for _, lb := range lbs {
 				var last time.Time
 				for inst, t := range fd {
 					if strings.HasPrefix(inst, lb) && t.After(last) {
@@ -313,24 +317,31 @@ resync: 10m
 				r.fromDelete[lb] = append(r.fromDelete[lb], last.Sub(deleted[k]))
 			}
 		}
-		for _, lb := range []string{"haproxy", "plus"} {
+		for _, lb := range lbs {
 			r.requests[lb], r.commands[lb] = j.counts(lb)
 		}
 		return r, nil
 	}
-	var burstSvcs, trickleSvcs []int
+	// Four tenths of the Services, a tenth for each run: the burst and the
+	// trickle drained by the controller, then by the floor.
 	tenth := propServices / 10
-	for i := range tenth {
-		burstSvcs = append(burstSvcs, i)
-		trickleSvcs = append(trickleSvcs, tenth+i)
+	tenthOf := func(k int) []int {
+		var out []int
+		for i := range tenth {
+			out = append(out, k*tenth+i)
+		}
+		return out
 	}
+	both := []string{"haproxy", "plus"}
+	ctlWho := "controller log " + ctl.Log
+	burstLabel, trickleLabel := fmt.Sprintf("burst: %d pods deleted at once", tenth), "trickle: one pod deleted every 100 ms"
 	logf("propagation: burst of %d deletions", tenth)
-	burst, err := measure(fmt.Sprintf("burst: %d pods deleted at once", tenth), burstSvcs, 0)
+	burst, err := measure(burstLabel, tenthOf(0), 0, both, ctlWho)
 	if err != nil {
 		return "", err
 	}
 	logf("propagation: trickle of %d deletions, one every 100 ms", tenth)
-	trickle, err := measure("trickle: one pod deleted every 100 ms", trickleSvcs, 100*time.Millisecond)
+	trickle, err := measure(trickleLabel, tenthOf(1), 100*time.Millisecond, both, ctlWho)
 	if err != nil {
 		return "", err
 	}
@@ -339,9 +350,39 @@ resync: 10m
 		return "", err
 	}
 
+	// The floor: the controller stopped, the minimal drainer on the same
+	// watch and the same HAProxy instances (through the same recorders).
+	ctl.Stop()
+	floor, err := startFloorDrainer(ctl.Kubeconfig, dir, recorders)
+	if err != nil {
+		return "", err
+	}
+	defer floor.Stop()
+	floorWho := "floor-drainer log " + floor.Log
+	logf("propagation: the floor drainer, burst of %d deletions", tenth)
+	floorBurst, err := measure(burstLabel, tenthOf(2), 0, []string{"haproxy"}, floorWho)
+	if err != nil {
+		return "", err
+	}
+	logf("propagation: the floor drainer, trickle of %d deletions", tenth)
+	floorTrickle, err := measure(trickleLabel, tenthOf(3), 100*time.Millisecond, []string{"haproxy"}, floorWho)
+	if err != nil {
+		return "", err
+	}
+	ratios := table{head: []string{"figure (HAProxy 2.6, 2 instances)", "stickydrain", "floor: minimal drainer", "ratio", "goal"}}
+	for _, rr := range []struct {
+		name       string
+		ours, base result
+		goal       float64
+	}{{"burst", burst, floorBurst, 1.5}, {"trickle", trickle, floorTrickle, 1.2}} {
+		o, b := summarise(rr.ours.fromTerm["haproxy"]), summarise(rr.base.fromTerm["haproxy"])
+		ratios.add(rr.name+", endpoint terminating → drained on every instance, p50", ms(o.P50), ms(b.P50), ratio(o.P50, b.P50), fmt.Sprintf("≤ %.1f×", rr.goal))
+		ratios.add(rr.name+", p99", ms(o.P99), ms(b.P99), ratio(o.P99, b.P99), fmt.Sprintf("≤ %.1f×", rr.goal))
+	}
+
 	t := table{head: []string{"run", "load balancer", "endpoint terminating → drained on every instance: p50", "p99", "max", "pod deletion → drained: p50", "p99", "API requests per drain per instance"}}
 	for _, r := range []result{burst, trickle} {
-		for _, lb := range []string{"haproxy", "plus"} {
+		for _, lb := range both {
 			a, b := summarise(r.fromTerm[lb]), summarise(r.fromDelete[lb])
 			name := map[string]string{"haproxy": "HAProxy 2.6 (2 instances)", "plus": "NGINX Plus API **emulator** (2 instances)"}[lb]
 			per := fmt.Sprintf("%.2f", float64(r.requests[lb])/float64(2*r.changes))
@@ -353,13 +394,21 @@ resync: 10m
 	}
 	var all []time.Duration
 	for _, r := range []result{burst, trickle} {
-		for _, lb := range []string{"haproxy", "plus"} {
+		for _, lb := range both {
 			all = append(all, r.fromTerm[lb]...)
 		}
 	}
 	slices.Sort(all)
 	return fmt.Sprintf(`## Drain propagation
 
+Ratios to the floor, measured in this run: a minimal drainer (bench/cmd/floor-drainer) that
+watches the same EndpointSlices through a client-go informer and sends one `+"`set server … state drain`"+`
+per terminating endpoint to each HAProxy instance at once, on a connection of its own, with no
+reconcile logic; after the controller's runs, the controller stopped, on other Services of the
+same run and the same two HAProxy instances through the same recorders. The controller drains
+the two NGINX Plus API emulators in the same passes; the floor does not.
+
+%s
 %d Services × %d endpoints (%d pods made Running and Ready through the API; the real
 EndpointSlice controller publishes them, run with --kube-api-qps=500), each Service mapped onto an
 HAProxy backend and an NGINX Plus upstream; two HAProxy 2.6 instances and two NGINX Plus API
@@ -377,6 +426,6 @@ Goal: drain applied on every instance within 100 ms (p99) of the endpoint turnin
 at 10k endpoints. Over all four rows, p99 %s.
 
 Controller at the end: CPU %v in total, RSS %s (peak %s).
-`, propServices, propPerSvc, propServices*propPerSvc, converged.Round(time.Second), ctlAfterSync.CPU.Round(time.Millisecond), mib(ctlAfterSync.RSS), mib(ctlAfterSync.HWM),
+`, ratios.String(), propServices, propPerSvc, propServices*propPerSvc, converged.Round(time.Second), ctlAfterSync.CPU.Round(time.Millisecond), mib(ctlAfterSync.RSS), mib(ctlAfterSync.HWM),
 		t.String(), ms(summarise(all).P99), ctlEnd.CPU.Round(time.Millisecond), mib(ctlEnd.RSS), mib(ctlEnd.HWM)), nil
 }

@@ -27,7 +27,8 @@ func TestEveryBenchmarkModeRuns(t *testing.T) {
 			"| p99 at 500/s |", "| CPU per admission at 1000/s |", "| pod CREATE latency added by the webhook, p99 |"}},
 		{"propagation", func(ctx context.Context, dir string) (string, error) {
 			return propagation(ctx, dir, t.Logf, "", smokeSize)
-		}, []string{"burst: 2 pods deleted at once", "trickle"}},
+		}, []string{"burst: 2 pods deleted at once", "trickle", "floor: minimal drainer",
+			"| burst, endpoint terminating → drained on every instance, p50 |", "| trickle, p99 |"}},
 		{"scale", func(ctx context.Context, dir string) (string, error) {
 			return scale(ctx, dir, t.Logf, "", smokeSize)
 		}, []string{"| 500 |"}},

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr/funcr"
 
@@ -83,7 +84,10 @@ func captureScene(t *testing.T, v haproxytest.Version) string {
 			}
 		}
 	}
-	i := instance(t, h)
+	i, err := New(h.Address(), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	if _, err := i.run(ctx, cmds); err != nil {
 		t.Fatal(err)

@@ -1,9 +1,11 @@
-package haproxy
+package haproxy_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
+	"github.com/stickydrain/stickydrain/controller/backend/haproxy/instancetest"
 	"net"
 	"net/netip"
 	"os"
@@ -40,13 +42,13 @@ func TestTheRuntimeAPIOnTCPNeedsTheClientCertificate(t *testing.T) {
 			}
 			serverPEM := write("runtime.pem", ca.Cert, ca.Key)
 			caFile := write("ca.crt", ca.CACert)
-			cert, key := clientCert(t, ca)
+			cert, key := instancetest.ClientCert(t, ca)
 			certFile, keyFile := write("client.crt", cert), write("client.key", key)
 			other, err := certs.Generate(certs.Options{DNSNames: []string{"x"}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			otherCert, otherKey := clientCert(t, other)
+			otherCert, otherKey := instancetest.ClientCert(t, other)
 			otherCertFile, otherKeyFile := write("other.crt", otherCert), write("other.key", otherKey)
 
 			ports, err := proc.FreePorts(1)
@@ -65,7 +67,7 @@ func TestTheRuntimeAPIOnTCPNeedsTheClientCertificate(t *testing.T) {
 			server := netip.MustParseAddrPort("198.18.0.10:8080")
 			want := map[netip.AddrPort]plan.State{server: plan.Active}
 
-			good, err := New("tcp://"+addr, 2*time.Second, WithTLS(TLSFiles{CAFile: caFile, CertFile: certFile, KeyFile: keyFile}))
+			good, err := haproxy.New("tcp://"+addr, 2*time.Second, haproxy.WithTLS(haproxy.TLSFiles{CAFile: caFile, CertFile: certFile, KeyFile: keyFile}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -76,7 +78,7 @@ func TestTheRuntimeAPIOnTCPNeedsTheClientCertificate(t *testing.T) {
 				t.Fatalf("with the client certificate: servers %v, %v", got, err)
 			}
 			// By the Service's DNS name, as a controller finding pods does.
-			named, err := New("tcp://"+addr, 2*time.Second, WithTLS(TLSFiles{CAFile: caFile, CertFile: certFile, KeyFile: keyFile, ServerName: "haproxy-runtime.lb.svc"}))
+			named, err := haproxy.New("tcp://"+addr, 2*time.Second, haproxy.WithTLS(haproxy.TLSFiles{CAFile: caFile, CertFile: certFile, KeyFile: keyFile, ServerName: "haproxy-runtime.lb.svc"}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -84,9 +86,9 @@ func TestTheRuntimeAPIOnTCPNeedsTheClientCertificate(t *testing.T) {
 				t.Errorf("by the server name: %v", err)
 			}
 
-			for name, c := range map[string]*Instance{
-				"plain TCP":                          mustNew(t, "tcp://"+addr),
-				"a client certificate of another CA": mustNew(t, "tcp://"+addr, WithTLS(TLSFiles{CAFile: caFile, CertFile: otherCertFile, KeyFile: otherKeyFile})),
+			for name, c := range map[string]*haproxy.Instance{
+				"plain TCP":                          instancetest.New(t, "tcp://"+addr),
+				"a client certificate of another CA": instancetest.New(t, "tcp://"+addr, haproxy.WithTLS(haproxy.TLSFiles{CAFile: caFile, CertFile: otherCertFile, KeyFile: otherKeyFile})),
 			} {
 				err := errors.Join(c.Apply(ctx, "shop", plan.Calculate(want, map[netip.AddrPort]plan.State{server: plan.Draining}))...)
 				if err == nil {
@@ -99,20 +101,11 @@ func TestTheRuntimeAPIOnTCPNeedsTheClientCertificate(t *testing.T) {
 			}
 			// A client that does not trust HAProxy's certificate stops
 			// before it sends anything.
-			if _, err := mustNew(t, "tcp://"+addr, WithTLS(TLSFiles{CAFile: write("other-ca.crt", other.CACert), CertFile: certFile, KeyFile: keyFile})).Servers(ctx, "shop"); err == nil || !strings.Contains(err.Error(), "certificate") {
+			if _, err := instancetest.New(t, "tcp://"+addr, haproxy.WithTLS(haproxy.TLSFiles{CAFile: write("other-ca.crt", other.CACert), CertFile: certFile, KeyFile: keyFile})).Servers(ctx, "shop"); err == nil || !strings.Contains(err.Error(), "certificate") {
 				t.Errorf("a server certificate of an unknown CA: %v", err)
 			}
 		})
 	}
-}
-
-func mustNew(t *testing.T, addr string, opts ...Option) *Instance {
-	t.Helper()
-	h, err := New(addr, 2*time.Second, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
 }
 
 func strs(bs [][]byte) []string {
@@ -121,14 +114,4 @@ func strs(bs [][]byte) []string {
 		out[i] = string(b)
 	}
 	return out
-}
-
-// clientCert signs a client certificate (ClientAuth) with the CA.
-func clientCert(t *testing.T, ca *certs.Bundle) (certPEM, keyPEM []byte) {
-	t.Helper()
-	c, k, err := ca.ClientCertificate("stickydrain-controller", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, k
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
+	"github.com/stickydrain/stickydrain/controller/cmd/stickydrain-haproxy/reload"
 	"github.com/stickydrain/stickydrain/internal/cmdline"
 )
 
@@ -87,12 +88,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		c, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
 		if cmd == "save-state" {
-			return h.SaveState(c, *stateFile)
+			return reload.SaveState(c, h, *stateFile)
 		}
-		return h.Reload(c, *master, *stateFile)
+		return reload.Reload(c, h, *master, *stateFile)
 	}
 	if *watch == "" {
-		if err := once(); errors.Is(err, haproxy.ErrNotMarked) {
+		if err := once(); errors.Is(err, reload.ErrNotMarked) {
 			fmt.Fprintf(stderr, "stickydrain-haproxy %s: warning: %v\n", cmd, err)
 		} else if err != nil {
 			fmt.Fprintf(stderr, "stickydrain-haproxy %s: %v\n", cmd, err)
@@ -118,7 +119,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		switch err := once(); {
-		case errors.Is(err, haproxy.ErrNotMarked):
+		case errors.Is(err, reload.ErrNotMarked):
 			// Reloaded: another reload would not set it either.
 			fmt.Fprintf(stderr, "stickydrain-haproxy reload: warning: %v\n", err)
 		case err != nil:

@@ -1,8 +1,10 @@
-package haproxy
+package reload
 
 import (
 	"context"
 	"fmt"
+	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
+	"github.com/stickydrain/stickydrain/controller/backend/haproxy/instancetest"
 	"net/http"
 	"net/netip"
 	"os"
@@ -30,7 +32,7 @@ import (
 func cookieFor(t *testing.T, h *haproxytest.HAProxy, name string) string {
 	t.Helper()
 	for n := 0; n < 20; n++ {
-		if who, c := get(t, h, ""); who == name {
+		if who, c := instancetest.Get(t, h, ""); who == name {
 			return c
 		}
 	}
@@ -51,18 +53,18 @@ func cookieFor(t *testing.T, h *haproxytest.HAProxy, name string) string {
 // configuration's gate (docs/haproxy.md) holds the requests that reach the
 // new worker before then, so none fails there either.
 func TestReloadKeepsSlotsDrainsAndStickyTraffic(t *testing.T) {
-	forEachFlavour(t, testReloadKeeps)
+	instancetest.ForEachFlavour(t, testReloadKeeps)
 }
 
-func testReloadKeeps(t *testing.T, f flavour) {
+func testReloadKeeps(t *testing.T, f instancetest.Flavour) {
 	h := f.StartWith(t, haproxytest.Options{Key: "k1", Gate: true}, f.Backend("shop", 4))
-	opts := []Option{WithReadyMap(h.ReadyMap)}
+	opts := []haproxy.Option{haproxy.WithReadyMap(h.ReadyMap)}
 	if f.Dynamic {
-		opts = append(opts, WithDynamicServers())
+		opts = append(opts, haproxy.WithDynamicServers())
 	}
-	i := instance(t, h, opts...)
-	a, b := pod(t, "a"), pod(t, "b")
-	apply(t, i, map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active})
+	i := instancetest.Instance(t, h, opts...)
+	a, b := instancetest.Pod(t, "a"), instancetest.Pod(t, "b")
+	instancetest.Apply(t, i, map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active})
 	// As the controller does once a process holds every server.
 	if id, err := i.Identity(context.Background()); err != nil {
 		t.Fatal(err)
@@ -71,7 +73,7 @@ func testReloadKeeps(t *testing.T, f flavour) {
 	}
 	cookieA := cookieFor(t, h, "a")
 	want := map[netip.AddrPort]plan.State{a: plan.Draining, b: plan.Active}
-	apply(t, i, want)
+	instancetest.Apply(t, i, want)
 
 	var sent, failed, slowest atomic.Int64
 	var mu sync.Mutex
@@ -126,7 +128,7 @@ func testReloadKeeps(t *testing.T, f flavour) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := i.Reload(ctx, h.MasterAddress(), h.StateFile); err != nil {
+		if err := Reload(ctx, i, h.MasterAddress(), h.StateFile); err != nil {
 			t.Fatalf("reload %d: %v\n%s", n+1, err, h.Log())
 		}
 		after, err := i.Identity(ctx)
@@ -149,7 +151,7 @@ func testReloadKeeps(t *testing.T, f flavour) {
 	wg.Wait()
 	t.Logf("%s: %d sticky requests across two reloads, %d failed, the slowest took %s", f.Name(), sent.Load(), failed.Load(), time.Duration(slowest.Load()).Round(time.Millisecond))
 	found := func(key string) bool {
-		out, err := i.run(ctx, []string{"get map " + h.ReadyMap + " " + key})
+		out, err := i.Command(ctx, "get map "+h.ReadyMap+" "+key)
 		return err == nil && strings.Contains(out[0], "found=yes")
 	}
 	if !found("replayed") || found("filled") {
@@ -159,7 +161,7 @@ func testReloadKeeps(t *testing.T, f flavour) {
 		t.Errorf("%d of %d sticky requests failed or went astray: %v", failed.Load(), sent.Load(), problems[:min(len(problems), 5)])
 	}
 	for n := 0; n < 5; n++ {
-		if who, _ := get(t, h, ""); who != "b" {
+		if who, _ := instancetest.Get(t, h, ""); who != "b" {
 			t.Fatalf("after the reloads a new client went to %q, want b (a drains)", who)
 		}
 	}
@@ -171,7 +173,7 @@ func testReloadKeeps(t *testing.T, f flavour) {
 	}
 	// The same reload without saving first: the new worker starts with
 	// nothing (the last save is gone), not with what ran (b alone).
-	apply(t, i, map[netip.AddrPort]plan.State{b: plan.Active})
+	instancetest.Apply(t, i, map[netip.AddrPort]plan.State{b: plan.Active})
 	if err := h.ReloadWithoutState(); err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +193,7 @@ func TestTheDocsGateIsTheTestedOne(t *testing.T) {
 	g := haproxytest.GateFor("/usr/local/etc/haproxy/stickydrain-ready.map", "/usr/local/etc/haproxy/stickydrain-gate.lua")
 	tested := g.Global + g.Frontend
 	for _, file := range []string{"docs/haproxy.md", "manifests/samples/haproxy/haproxy.cfg"} {
-		raw, err := os.ReadFile(filepath.Join("..", "..", "..", file))
+		raw, err := os.ReadFile(filepath.Join("..", "..", "..", "..", file))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -207,7 +209,7 @@ func TestTheDocsGateIsTheTestedOne(t *testing.T) {
 	}
 }
 
-func waitNewWorker(t *testing.T, i *Instance, ctx context.Context) {
+func waitNewWorker(t *testing.T, i *haproxy.Instance, ctx context.Context) {
 	t.Helper()
 	before, _ := i.Identity(ctx)
 	for {
@@ -233,7 +235,7 @@ func TestMarkFilledGatesReadiness(t *testing.T) {
 func testMarkFilled(t *testing.T, v haproxytest.Version) {
 	h := v.Start(t, "k1", haproxytest.Backend{Name: "shop", Slots: 4})
 	ctx := context.Background()
-	i, err := New(h.Address(), 2*time.Second, WithReadyMap(h.ReadyMap))
+	i, err := haproxy.New(h.Address(), 2*time.Second, haproxy.WithReadyMap(h.ReadyMap))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +294,7 @@ func testMarkFilled(t *testing.T, v haproxytest.Version) {
 	if got := ready(); got != http.StatusOK {
 		t.Fatalf("after marking again readiness is %d, want 200", got)
 	}
-	if err := i.Reload(ctx, h.MasterAddress(), h.StateFile); err != nil {
+	if err := Reload(ctx, i, h.MasterAddress(), h.StateFile); err != nil {
 		t.Fatalf("%v\n%s", err, h.Log())
 	}
 	if got := ready(); got != http.StatusServiceUnavailable {
@@ -329,7 +331,7 @@ func TestTheSampleConfigurationKeepsItsPromises(t *testing.T) {
 }
 
 func testTheSample(t *testing.T, v haproxytest.Version) {
-	raw, err := os.ReadFile("../../../manifests/samples/haproxy/haproxy.cfg")
+	raw, err := os.ReadFile("../../../../manifests/samples/haproxy/haproxy.cfg")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +339,7 @@ func testTheSample(t *testing.T, v haproxytest.Version) {
 	if err := os.WriteFile(filepath.Join(dir, "stickydrain-ready.map"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	gate, err := os.ReadFile("../../../manifests/samples/haproxy/stickydrain-gate.lua")
+	gate, err := os.ReadFile("../../../../manifests/samples/haproxy/stickydrain-gate.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +364,7 @@ func testTheSample(t *testing.T, v haproxytest.Version) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clientCrt, clientKey := clientCert(t, ca)
+	clientCrt, clientKey := instancetest.ClientCert(t, ca)
 	files := map[string][]byte{"tls.pem": ca.Cert, "tls.pem.key": ca.Key, "ca.crt": ca.CACert, "client.crt": clientCrt, "client.key": clientKey}
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(tlsDir, name), b, 0o600); err != nil {
@@ -403,14 +405,14 @@ func testTheSample(t *testing.T, v haproxytest.Version) {
 	defer cancel()
 	// The controller's view: the TCP Runtime API over mutual TLS and
 	// readyMap as the controller's sample configuration names them.
-	i, err := New(fmt.Sprintf("tcp://127.0.0.1:%d", ports[0]), 2*time.Second, WithReadyMap(filepath.Join(dir, "stickydrain-ready.map")),
-		WithTLS(TLSFiles{CAFile: filepath.Join(tlsDir, "ca.crt"), CertFile: filepath.Join(tlsDir, "client.crt"), KeyFile: filepath.Join(tlsDir, "client.key"), ServerName: "haproxy-runtime.lb.svc"}))
+	i, err := haproxy.New(fmt.Sprintf("tcp://127.0.0.1:%d", ports[0]), 2*time.Second, haproxy.WithReadyMap(filepath.Join(dir, "stickydrain-ready.map")),
+		haproxy.WithTLS(haproxy.TLSFiles{CAFile: filepath.Join(tlsDir, "ca.crt"), CertFile: filepath.Join(tlsDir, "client.crt"), KeyFile: filepath.Join(tlsDir, "client.key"), ServerName: "haproxy-runtime.lb.svc"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Without the client certificate, the sample's Runtime API port gives
 	// nothing.
-	if _, err := mustNew(t, fmt.Sprintf("tcp://127.0.0.1:%d", ports[0])).Identity(ctx); err == nil {
+	if _, err := instancetest.New(t, fmt.Sprintf("tcp://127.0.0.1:%d", ports[0])).Identity(ctx); err == nil {
 		t.Error("the sample's Runtime API answered a client without a certificate")
 	}
 	var id string
@@ -428,8 +430,8 @@ func testTheSample(t *testing.T, v haproxytest.Version) {
 	if got := status(); got != http.StatusServiceUnavailable {
 		t.Fatalf("a fresh sample process answers readiness %d, want 503", got)
 	}
-	a, b := pod(t, "a"), pod(t, "b")
-	apply(t, i, map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active})
+	a, b := instancetest.Pod(t, "a"), instancetest.Pod(t, "b")
+	instancetest.Apply(t, i, map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active})
 	if err := i.MarkFilled(ctx, id); err != nil {
 		t.Fatal(err)
 	}
@@ -439,14 +441,14 @@ func testTheSample(t *testing.T, v haproxytest.Version) {
 	front := &haproxytest.HAProxy{Port: ports[1]}
 	cookieA := cookieFor(t, front, "a")
 	want := map[netip.AddrPort]plan.State{a: plan.Draining, b: plan.Active}
-	apply(t, i, want)
+	instancetest.Apply(t, i, want)
 
 	// The sidecar's procedure, through the paths the sample mounts.
-	local, err := New("unix://"+filepath.Join(dir, "admin.sock"), 2*time.Second, WithReadyMap(filepath.Join(dir, "stickydrain-ready.map")))
+	local, err := haproxy.New("unix://"+filepath.Join(dir, "admin.sock"), 2*time.Second, haproxy.WithReadyMap(filepath.Join(dir, "stickydrain-ready.map")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := local.Reload(ctx, "unix://"+filepath.Join(dir, "master.sock"), filepath.Join(dir, "server-state")); err != nil {
+	if err := Reload(ctx, local, "unix://"+filepath.Join(dir, "master.sock"), filepath.Join(dir, "server-state")); err != nil {
 		t.Fatalf("%v\n%s", err, haproxyLog())
 	}
 	got, err := i.Servers(ctx, "shop")
@@ -456,10 +458,10 @@ func testTheSample(t *testing.T, v haproxytest.Version) {
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.AddrPort{})); diff != "" {
 		t.Fatalf("servers after the sample's reload (-want +got):\n%s", diff)
 	}
-	if who, _ := get(t, front, cookieA); who != "a" {
+	if who, _ := instancetest.Get(t, front, cookieA); who != "a" {
 		t.Errorf("after the reload a's cookie reached %q, want a (draining)", who)
 	}
-	if who, _ := get(t, front, ""); who != "b" {
+	if who, _ := instancetest.Get(t, front, ""); who != "b" {
 		t.Errorf("after the reload a new client reached %q, want b", who)
 	}
 	if got := status(); got != http.StatusOK {
@@ -477,7 +479,7 @@ func TestFilledReadinessOutlivesTheController(t *testing.T) {
 	haproxytest.ForEachVersion(t, func(t *testing.T, v haproxytest.Version) {
 		h := v.StartWith(t, haproxytest.Options{Key: "k1", Readiness: haproxytest.ReadyFilled}, haproxytest.Backend{Name: "shop", Slots: 4})
 		ctx := context.Background()
-		i, err := New(h.Address(), 2*time.Second, WithReadyMap(h.ReadyMap))
+		i, err := haproxy.New(h.Address(), 2*time.Second, haproxy.WithReadyMap(h.ReadyMap))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -503,7 +505,7 @@ func TestFilledReadinessOutlivesTheController(t *testing.T) {
 		if got := ready(); got != http.StatusOK {
 			t.Fatalf("a filled process no controller confirmed for 10 s answers readiness %d, want 200 (a controller outage must not take it out)", got)
 		}
-		if err := i.Reload(ctx, h.MasterAddress(), h.StateFile); err != nil {
+		if err := Reload(ctx, i, h.MasterAddress(), h.StateFile); err != nil {
 			t.Fatalf("%v\n%s", err, h.Log())
 		}
 		if got := ready(); got != http.StatusOK {
@@ -548,7 +550,7 @@ func TestFilledReadinessOutlivesTheController(t *testing.T) {
 func TestTheReadinessRulesAreTheTestedOnes(t *testing.T) {
 	const m = "/usr/local/etc/haproxy/stickydrain-ready.map"
 	rules := func(file string) []string {
-		raw, err := os.ReadFile(filepath.Join("..", "..", "..", file))
+		raw, err := os.ReadFile(filepath.Join("..", "..", "..", "..", file))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,9 @@
-package haproxy
+package reload
 
 import (
 	"context"
+	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
+	"github.com/stickydrain/stickydrain/controller/backend/haproxy/instancetest"
 	"io"
 	"net/http"
 	"net/netip"
@@ -29,7 +31,7 @@ import (
 // it: the controller rewrites every slot before it marks the process;
 // without the gate new clients reach it.
 func TestTheGateHoldsANewProcessUntilFilled(t *testing.T) {
-	forEachFlavour(t, func(t *testing.T, f flavour) {
+	instancetest.ForEachFlavour(t, func(t *testing.T, f instancetest.Flavour) {
 		for _, gated := range []bool{true, false} {
 			name := "gate"
 			if !gated {
@@ -40,21 +42,21 @@ func TestTheGateHoldsANewProcessUntilFilled(t *testing.T) {
 	})
 }
 
-func testGate(t *testing.T, f flavour, gated bool) {
+func testGate(t *testing.T, f instancetest.Flavour, gated bool) {
 	ctx := context.Background()
 	h := f.StartWith(t, haproxytest.Options{Key: "k1", Gate: gated}, f.Backend("shop", 4))
-	opts := []Option{WithReadyMap(h.ReadyMap)}
+	opts := []haproxy.Option{haproxy.WithReadyMap(h.ReadyMap)}
 	if f.Dynamic {
-		opts = append(opts, WithDynamicServers())
+		opts = append(opts, haproxy.WithDynamicServers())
 	}
-	i := instance(t, h, opts...)
-	a, b := pod(t, "a"), pod(t, "b")
+	i := instancetest.Instance(t, h, opts...)
+	a, b := instancetest.Pod(t, "a"), instancetest.Pod(t, "b")
 	stale := !f.Dynamic // dynamic servers are not in the state file's reach
 	if stale {
 		// The last save, before the pod at intruder's address went away.
-		intruder := pod(t, "intruder")
-		apply(t, i, map[netip.AddrPort]plan.State{intruder: plan.Active, a: plan.Active})
-		if err := i.SaveState(ctx, h.StateFile); err != nil {
+		intruder := instancetest.Pod(t, "intruder")
+		instancetest.Apply(t, i, map[netip.AddrPort]plan.State{intruder: plan.Active, a: plan.Active})
+		if err := SaveState(ctx, i, h.StateFile); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -107,7 +109,7 @@ func testGate(t *testing.T, f flavour, gated bool) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	// The controller's pass on the new process, then its marker.
-	apply(t, i, map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active})
+	instancetest.Apply(t, i, map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active})
 	id, err := i.Identity(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -436,7 +436,8 @@ func authUser() authenticationv1.UserInfo {
 	return authenticationv1.UserInfo{Username: "system:serviceaccount:kube-system:replicaset-controller", Groups: []string{"system:serviceaccounts", "system:authenticated"}}
 }
 
-// profile saves the webhook's CPU profile over d (go tool pprof FILE).
+// profile saves the CPU profile over d of the process serving pprof at
+// addr (go tool pprof FILE).
 func profile(addr string, d time.Duration, file string) {
 	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds())))
 	if err != nil {

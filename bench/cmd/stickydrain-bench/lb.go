@@ -215,9 +215,17 @@ func activeHAProxyServers(sock string) (int, error) {
 	return n, sc.Err()
 }
 
-// startController runs the controller (bin, or built from this tree) as
-// its shipped ServiceAccount with config, its files in dir.
-func startController(ctx context.Context, c *cluster.Cluster, bin, dir, config string) (*framework.Controller, error) {
+// controllerRun is which controller binary a benchmark runs, and with
+// which flags beside the benchmark's own.
+type controllerRun struct {
+	Bin  string   // default: built from this tree
+	Args []string // more flags
+}
+
+// startController runs the controller (ctl.Bin, or built from this tree)
+// as its shipped ServiceAccount with config and ctl.Args, its files in dir.
+func startController(ctx context.Context, c *cluster.Cluster, ctl controllerRun, dir, config string) (*framework.Controller, error) {
+	bin := ctl.Bin
 	if bin == "" {
 		b := testbin.New()
 		defer b.Close() // Linux keeps a running binary's file until it exits
@@ -230,7 +238,7 @@ func startController(ctx context.Context, c *cluster.Cluster, bin, dir, config s
 	if err != nil {
 		return nil, err
 	}
-	return framework.StartController(ctx, bin, kubeconfig, dir, config)
+	return framework.StartController(ctx, bin, kubeconfig, dir, config, ctl.Args...)
 }
 
 // startFloorDrainer runs bench/cmd/floor-drainer, built from this tree,

@@ -25,8 +25,9 @@ import (
 
 func main() {
 	out := flag.String("out", "", "`file` to write the markdown section to (default stdout)")
-	pprofAddr := flag.String("pprof", "", "`address` for the webhook's pprof endpoint; the 1000/s run's CPU profile goes to bench/webhook-cpu-1000.prof")
+	pprofAddr := flag.String("pprof", "", "`address` for the measured binary's pprof endpoint: admission, the webhook's (the 1000/s run's CPU profile goes to bench/webhook-cpu-1000.prof); propagation, the controller's (its CPU profile over its burst and trickle goes to bench/controller-cpu-propagation.prof)")
 	controllerBin := flag.String("controller", "", "controller `binary` to measure (default: built from this tree), e.g. an older build for a before/after figure")
+	controllerArgs := flag.StringArray("controller-arg", nil, "a `flag` given to the controller (repeat for more), e.g. --controller-arg=--concurrent-reconciles=32 for a figure with other settings")
 	dur := flag.Duration("duration", 0, "how long each fixed-rate admission run lasts (default 10s; 200ms with --smoke)")
 	smoke := flag.Bool("smoke", false, "a run in seconds that only shows each mode works (tiny sizes; figures meaningless)")
 	flag.Usage = func() {
@@ -38,6 +39,7 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
+	ctl := controllerRun{Bin: *controllerBin, Args: *controllerArgs}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logf := log.New(os.Stderr, "bench: ", log.Ltime).Printf
@@ -53,9 +55,9 @@ func main() {
 	case "admission":
 		run = func(dir string) (string, error) { return admission(ctx, dir, logf, sz, *pprofAddr) }
 	case "propagation":
-		run = func(dir string) (string, error) { return propagation(ctx, dir, logf, *controllerBin, sz) }
+		run = func(dir string) (string, error) { return propagation(ctx, dir, logf, ctl, sz, *pprofAddr) }
 	case "scale":
-		run = func(dir string) (string, error) { return scale(ctx, dir, logf, *controllerBin, sz) }
+		run = func(dir string) (string, error) { return scale(ctx, dir, logf, ctl, sz) }
 	default:
 		flag.Usage()
 		os.Exit(2)

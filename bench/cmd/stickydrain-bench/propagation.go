@@ -95,7 +95,10 @@ func parallel(n, w int, f func(i int) error) error {
 	return first
 }
 
-func propagation(ctx context.Context, dir string, logf func(string, ...any), controllerBin string, sz size) (string, error) {
+func propagation(ctx context.Context, dir string, logf func(string, ...any), ctlRun controllerRun, sz size, pprofAddr string) (string, error) {
+	if pprofAddr != "" {
+		ctlRun.Args = append(ctlRun.Args, "--pprof-bind-address", pprofAddr)
+	}
 	propServices := sz.PropServices
 	c, err := cluster.Start(ctx, cluster.Options{Log: logf, OwnSignals: true,
 		// The EndpointSlice controller unthrottled, as large clusters run it
@@ -146,7 +149,7 @@ func propagation(ctx context.Context, dir string, logf func(string, ...any), con
 	}
 
 	// The controller binary, as its shipped ServiceAccount.
-	ctl, err := startController(ctx, c, controllerBin, dir, fmt.Sprintf(`loadBalancers:
+	ctl, err := startController(ctx, c, ctlRun, dir, fmt.Sprintf(`loadBalancers:
   - {name: edge, type: haproxy, instances: {static: [%s]}, allowedNamespaces: {all: true}}
   - {name: plus, type: nginx-plus, instances: {static: [%s]}, allowedNamespaces: {all: true}}
 resync: 10m
@@ -335,6 +338,11 @@ resync: 10m
 	both := []string{"haproxy", "plus"}
 	ctlWho := "controller log " + ctl.Log
 	burstLabel, trickleLabel := fmt.Sprintf("burst: %d pods deleted at once", tenth), "trickle: one pod deleted every 100 ms"
+	if pprofAddr != "" {
+		// The burst (a few seconds) and the trickle (tenth × 100 ms), with
+		// the waits between them.
+		go profile(pprofAddr, 8*time.Second+time.Duration(tenth)*100*time.Millisecond, "bench/controller-cpu-propagation.prof")
+	}
 	logf("propagation: burst of %d deletions", tenth)
 	burst, err := measure(burstLabel, tenthOf(0), 0, both, ctlWho)
 	if err != nil {

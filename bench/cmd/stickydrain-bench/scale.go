@@ -45,7 +45,7 @@ func scaleSlice(svc, k int, terminating int) *discoveryv1.EndpointSlice {
 	return s
 }
 
-func scale(ctx context.Context, dir string, logf func(string, ...any), controllerBin string, sz size) (string, error) {
+func scale(ctx context.Context, dir string, logf func(string, ...any), ctlRun controllerRun, sz size) (string, error) {
 	c, err := cluster.Start(ctx, cluster.Options{Log: logf, OwnSignals: true})
 	if err != nil {
 		return "", err
@@ -73,7 +73,7 @@ func scale(ctx context.Context, dir string, logf func(string, ...any), controlle
 	if err := runtimeProxy(runCtx, j, "haproxy-0", sock, h.Socket); err != nil {
 		return "", err
 	}
-	ctl, err := startController(ctx, c, controllerBin, dir,
+	ctl, err := startController(ctx, c, ctlRun, dir,
 		fmt.Sprintf("loadBalancers:\n  - {name: edge, type: haproxy, haproxy: {readyMap: %q}, instances: {static: [%q]}, allowedNamespaces: {all: true}, allowEndpointsWithoutPods: true, allowedCIDRs: [198.18.0.0/15]}\nresync: 30s\n", h.ReadyMap, "unix://"+sock))
 	if err != nil {
 		return "", err

@@ -26,11 +26,11 @@ func TestEveryBenchmarkModeRuns(t *testing.T) {
 		}, []string{"100/s fixed", "no-op webhook, 100/s fixed", "saturation, 64 clients", "with the webhook", "with the no-op webhook",
 			"| p99 at 500/s |", "| CPU per admission at 1000/s |", "| pod CREATE latency added by the webhook, p99 |"}},
 		{"propagation", func(ctx context.Context, dir string) (string, error) {
-			return propagation(ctx, dir, t.Logf, "", smokeSize)
+			return propagation(ctx, dir, t.Logf, controllerRun{}, smokeSize, "")
 		}, []string{"burst: 2 pods deleted at once", "trickle", "floor: minimal drainer",
 			"| burst, endpoint terminating → drained on every instance, p50 |", "| trickle, p99 |"}},
 		{"scale", func(ctx context.Context, dir string) (string, error) {
-			return scale(ctx, dir, t.Logf, "", smokeSize)
+			return scale(ctx, dir, t.Logf, controllerRun{}, smokeSize)
 		}, []string{"| 500 |"}},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {

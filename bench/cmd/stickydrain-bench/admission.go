@@ -449,6 +449,19 @@ func profile(addr string, d time.Duration, file string) {
 	_ = os.WriteFile(file, b, 0o644)
 }
 
+// heapProfile saves the heap profile of the process serving pprof at addr,
+// after a garbage collection (go tool pprof FILE).
+func heapProfile(addr, file string) {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/heap?gc=1", addr))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "heap profile:", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	_ = os.WriteFile(file, b, 0o644)
+}
+
 // us writes a duration in microseconds.
 func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
 

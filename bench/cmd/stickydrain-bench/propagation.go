@@ -222,6 +222,11 @@ resync: 10m
 	}
 	converged := time.Since(setupStart)
 	logf("propagation: %d servers on each instance after %v", propServices*propPerSvc, converged.Round(time.Second))
+	if pprofAddr != "" {
+		// What the controller holds after its initial sync (go tool pprof
+		// -sample_index=inuse_space FILE).
+		heapProfile(pprofAddr, "bench/controller-heap-propagation.prof")
+	}
 	ctlAfterSync, err := procUsage(ctl.Pid())
 	if err != nil {
 		return "", err

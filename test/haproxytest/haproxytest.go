@@ -518,12 +518,50 @@ func (h *HAProxy) ReloadWithoutState() error {
 	return h.cmd.Process.Signal(syscall.SIGUSR2)
 }
 
-// Stop ends the process and its workers.
+// Stop ends the process and its workers, and returns once every process
+// of its group has exited and so closed its sockets (the master is reaped
+// here; a worker can die a moment after it, and a connection it held
+// fails only then).
 func (h *HAProxy) Stop() {
 	if h.cmd != nil && h.cmd.Process != nil && h.cmd.ProcessState == nil {
+		group := groupMembers(h.cmd.Process.Pid)
 		_ = syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
 		_ = h.cmd.Wait()
+		deadline := time.Now().Add(5 * time.Second)
+		for _, pid := range group {
+			for running(pid) && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+		}
 	}
+}
+
+// groupMembers are the processes of process group pgid.
+func groupMembers(pgid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil {
+			continue
+		}
+		if g, err := syscall.Getpgid(pid); err == nil && g == pgid {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// running reports whether pid has not exited: it exists and is not a
+// zombie (a zombie has closed its files).
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state …: the state follows the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || (b[i+2] != 'Z' && b[i+2] != 'X')
 }
 
 // SoftStop asks the master to stop gracefully (SIGUSR1, the official

@@ -66,7 +66,7 @@ func (h *Instance) MarkReplayed(ctx context.Context, id string) error {
 
 // ReplayDynamic adds to the running process every dynamic server (one the
 // controller added, named sd_…) that state — a `show servers state`
-// answer, as SaveState saves it — holds and the process lacks, with its
+// answer, as the reload helper saves it — holds and the process lacks, with its
 // address, cookie and state, all in one batch. Servers the process has
 // are left as they are. It is what keeps drains through a reload in
 // dynamic mode (dynamic servers are not in the configuration, so a new

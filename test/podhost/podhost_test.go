@@ -491,6 +491,12 @@ func TestHTTPGetPreStop(t *testing.T) {
 			Containers: []corev1.Container{{
 				Name: "app", Image: "sessionapp", Args: []string{"--listen=:8080"},
 				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+				// Ready once it serves: without a probe a container is ready
+				// when it starts, and a deletion right after could run the
+				// hook before the app listens (a loaded run saw "connection
+				// refused" 65 ms after the start).
+				ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+					HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromString("http")}}},
 				// The kubelet sends httpGet hooks from the node to the pod's IP.
 				Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
 					Path: "/drain", Port: intstr.FromString("http")}}},

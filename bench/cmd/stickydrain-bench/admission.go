@@ -439,27 +439,36 @@ func authUser() authenticationv1.UserInfo {
 // profile saves the CPU profile over d of the process serving pprof at
 // addr (go tool pprof FILE).
 func profile(addr string, d time.Duration, file string) {
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds())))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "profile:", err)
-		return
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	_ = os.WriteFile(file, b, 0o644)
+	saveProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds())), file)
 }
 
 // heapProfile saves the heap profile of the process serving pprof at addr,
 // after a garbage collection (go tool pprof FILE).
 func heapProfile(addr, file string) {
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/heap?gc=1", addr))
+	saveProfile(fmt.Sprintf("http://%s/debug/pprof/heap?gc=1", addr), file)
+}
+
+// saveProfile writes what url answers to file; a failure is told, not
+// fatal (a benchmark's figures do not depend on its profile).
+func saveProfile(url, file string) {
+	err := func() error {
+		resp, err := http.Get(url)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s answered %s", url, resp.Status)
+		}
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(file, b, 0o644)
+	}()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "heap profile:", err)
-		return
+		fmt.Fprintf(os.Stderr, "profile %s: %v\n", file, err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	_ = os.WriteFile(file, b, 0o644)
 }
 
 // us writes a duration in microseconds.

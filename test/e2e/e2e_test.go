@@ -118,7 +118,7 @@ func preStopReturnedOnTime(ctx context.Context, t *testing.T, env *Env, clients 
 		t.Errorf("%s: preStop failed or outlived the grace period, want exit 0 (drained: its sessions ended)", pod)
 	}
 	last := clients.LastSessionEnd(pod)
-	due := start.Add(MinWait)
+	due := start.Add(env.minWait())
 	if last.After(due) {
 		due = last
 	}

@@ -293,6 +293,9 @@ func (e *Env) Stop() {
 	for i := len(procs) - 1; i >= 0; i-- {
 		procs[i].Stop()
 	}
+	if e.webhook != nil {
+		e.webhook.Stop() // a restarted webhook is not in procs
+	}
 	for _, h := range e.HAProxy {
 		h.Stop()
 	}

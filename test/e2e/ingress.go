@@ -64,6 +64,8 @@ type ingressProxy struct {
 	// of the app's servers is read.
 	adminSocket, apiURL string
 	readyURL            string
+	// api relays its connections to kube-apiserver (Cut partitions it).
+	api *tcpfront.Relay
 }
 
 // ingressNamespace holds the ingress controllers' ConfigMap.
@@ -237,6 +239,13 @@ func (e *Env) runIngress(ctx context.Context) (*ingressProxy, error) {
 		return nil, err
 	}
 	ip := &ingressProxy{peer: p, httpPort: ports[0], dir: dir}
+	// Its path to the API server goes through a relay of its own, which a
+	// test cuts to partition this replica from the control plane.
+	kubeconfig, err := ip.throughRelay(e.ingressKubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	e.cleanup = append(e.cleanup, ip.api.Close)
 	log := filepath.Join(dir, string(kind)+".log")
 	switch kind {
 	case HAProxyIngress:
@@ -272,7 +281,7 @@ func (e *Env) runIngress(ctx context.Context) (*ingressProxy, error) {
 		// loaded.
 		ip.readyURL = fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[4])
 		ip.proc, err = proc.StartWith(proc.Options{Dir: filepath.Dir(p.Resources)}, log, p.Bin,
-			"--kubeconfig="+e.ingressKubeconfig, "--local-filesystem-prefix="+prefix,
+			"--kubeconfig="+kubeconfig, "--local-filesystem-prefix="+prefix,
 			"--update-status=false", "--watch-gateway=false",
 			"--configmap="+ingressNamespace+"/"+cm, "--ingress-class="+string(kind),
 			"--election-id=haproxy-ingress-e2e", "--healthz-addr="+fmt.Sprintf("127.0.0.1:%d", ports[3]),
@@ -280,7 +289,7 @@ func (e *Env) runIngress(ctx context.Context) (*ingressProxy, error) {
 	case Traefik:
 		ip.apiURL = fmt.Sprintf("http://127.0.0.1:%d/api", ports[1])
 		ip.readyURL = fmt.Sprintf("http://127.0.0.1:%d/ping", ports[1])
-		ip.proc, err = proc.StartWith(proc.Options{Dir: dir, Env: []string{"KUBECONFIG=" + e.ingressKubeconfig}}, log, p.Bin,
+		ip.proc, err = proc.StartWith(proc.Options{Dir: dir, Env: []string{"KUBECONFIG=" + kubeconfig}}, log, p.Bin,
 			"--entrypoints.web.address="+fmt.Sprintf("127.0.0.1:%d", ports[0]),
 			"--entrypoints.traefik.address="+fmt.Sprintf("127.0.0.1:%d", ports[1]),
 			"--api=true", "--api.insecure=true", "--api.dashboard=false", "--ping=true",

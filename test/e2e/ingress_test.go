@@ -16,17 +16,35 @@ import (
 // ingress controllers users already run, each built from source: no
 // stickydrain controller, two replicas of the ingress behind the front,
 // users holding sessions through the ingress's own affinity cookie, and —
-// one after the other on the same Deployment — a rolling update during
-// which one ingress replica is killed (SIGKILL, its pod crashing) once an
-// old pod drains and a new replica takes its place, an eviction (as
-// kubectl drain evicts) and a scale-down. The webhook's preStop holds each
-// old pod until its sessions end; the ingress keeps their cookies on it,
-// on every replica, and sends new users elsewhere.
+// one after the other on the same Deployment, each with a fault in the
+// middle of it:
+//
+//   - a rolling update begun while the webhook is down (the ReplicaSet's
+//     pods are refused until it is back: every new pod must still come
+//     injected), during which one ingress replica is killed (SIGKILL, its
+//     pod crashing) once an old pod drains and a new replica takes its
+//     place, and then every replica reloads its configuration for
+//     another team's new Ingress;
+//   - an eviction (as kubectl drain evicts) with kube-apiserver and etcd
+//     restarted mid-drain;
+//   - a scale-down with one ingress replica cut off the API server (its
+//     watches stalled, as in a network partition) for 6 s from the
+//     moment the pod terminates.
+//
+// The webhook's preStop holds each old pod until its sessions end; the
+// ingress keeps their cookies on it, on every replica, and sends new users
+// elsewhere — the partitioned replica once it hears of it, which the
+// default min-wait (10 s) outlasts.
 func TestIngressKeepsEverySession(t *testing.T) {
 	for _, kind := range []Ingress{HAProxyIngress, Traefik} {
 		t.Run(string(kind), func(t *testing.T) { ingressScenario(t, kind) })
 	}
 }
+
+// ingressPartition is how long the scale-down's pod terminates with one
+// ingress replica cut off the API server: below the default min-wait, so
+// the pod is still there when the replica hears of it.
+const ingressPartition = 6 * time.Second
 
 func ingressScenario(t *testing.T, kind Ingress) {
 	ctx, env := startEnv(t, Options{Ingress: kind})
@@ -35,17 +53,50 @@ func ingressScenario(t *testing.T, kind Ingress) {
 	if err := env.ScaleIngress(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// A rolling update, and an ingress replica crashing during a drain.
-	clients, obs := usersAndRollout(t, ctx, env)
-	t.Logf("%s killing an ingress replica", time.Now().Format("15:04:05.000"))
+	obs := env.Observe(ctx, 100*time.Millisecond)
+	clients := env.StartClients(ctx, scenarioUsers, scenarioIdle, obs)
+	time.Sleep(5 * time.Second)
+
+	// A rolling update begun with the webhook down.
+	stamp := func() string { return time.Now().Format("15:04:05.000") }
+	t.Logf("%s webhook stopped; rolling out v2", stamp())
+	env.StopWebhook()
+	clients.RolloutStarted()
+	if err := env.Rollout(ctx, "v2"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, ctx, "the ReplicaSet's pod refused while the webhook is down", func() bool { return env.refusedCreates(ctx) > 0 })
+	time.Sleep(2 * time.Second)
+	if err := env.RestartWebhook(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s webhook back after %d refused pod creations", stamp(), env.refusedCreates(ctx))
+	waitUntil(t, ctx, "an old pod draining", func() bool {
+		for _, r := range obs.Records() {
+			if !r.Drained.IsZero() && r.Gone.IsZero() {
+				return true
+			}
+		}
+		return false
+	})
+	// An ingress replica crashing during a drain, then a reload of every
+	// replica.
+	t.Logf("%s killing an ingress replica", stamp())
 	if err := env.CrashIngress(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s its replacement routes", time.Now().Format("15:04:05.000"))
+	t.Logf("%s its replacement routes; a new Ingress makes every replica reload", stamp())
+	if err := env.ReloadIngress(ctx); err != nil {
+		t.Fatal(err)
+	}
 	waitUntil(t, ctx, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
 	settleIngress(ctx, obs, replicas)
+	if u := env.uninjected(ctx, "v2"); len(u) > 0 {
+		t.Errorf("pods created after the webhook's outage without the drain: %v", u)
+	}
 
-	// An eviction of a pod holding sessions.
+	// An eviction of a pod holding sessions, the control plane restarted
+	// while it drains.
 	victim := ""
 	waitUntil(t, ctx, "a v2 pod holding sessions", func() bool {
 		for _, p := range env.Pods(ctx) {
@@ -56,24 +107,44 @@ func ingressScenario(t *testing.T, kind Ingress) {
 		}
 		return false
 	})
-	t.Logf("%s evicting %s", time.Now().Format("15:04:05.000"), victim)
+	t.Logf("%s evicting %s", stamp(), victim)
 	if err := env.Cluster.Clientset.PolicyV1().Evictions(Namespace).Evict(ctx, &policyv1.Eviction{
 		ObjectMeta: metav1.ObjectMeta{Name: victim, Namespace: Namespace}}); err != nil {
 		t.Fatal(err)
 	}
+	waitUntil(t, ctx, "the evicted pod fenced on every replica", func() bool {
+		for _, r := range obs.Records() {
+			if r.Pod == victim && !r.Drained.IsZero() {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("%s restarting kube-apiserver and etcd (5 s down)", stamp())
+	if err := env.Cluster.RestartControlPlane(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s kube-apiserver ready again", stamp())
 	waitUntil(t, ctx, "the evicted pod replaced", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
 	settleIngress(ctx, obs, replicas+1)
 
-	// A scale-down by one.
+	// A scale-down by one, the first replica cut off the API server.
 	var d appsv1.Deployment
 	if err := env.Cluster.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: "web"}, &d); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s scaling down", time.Now().Format("15:04:05.000"))
+	cutOff := env.ingressReplicas()[0].frontAddr()
+	heal := env.PartitionIngress(0)
+	cut := time.Now()
+	t.Logf("%s scaling down, %s cut off the API server for %v", stamp(), cutOff, ingressPartition)
 	d.Spec.Replicas = ptr.To[int32](replicas - 1)
 	if err := env.Cluster.Client.Update(ctx, &d); err != nil {
+		heal()
 		t.Fatal(err)
 	}
+	time.Sleep(ingressPartition)
+	heal()
+	healed := time.Now()
 	waitUntil(t, ctx, "the scale-down", func() bool { return env.RolloutDone(ctx, "v2", replicas-1) })
 	settleIngress(ctx, obs, replicas+2)
 	clients.StopNewSessions()
@@ -95,13 +166,30 @@ func ingressScenario(t *testing.T, kind Ingress) {
 		if d.RemovedFromLB.IsZero() || d.RemovedFromLB.Before(d.Gone) {
 			t.Errorf("%s: removed from the ingress at %v, pod gone at %v", d.Pod, d.RemovedFromLB, d.Gone)
 		}
-		reaction := d.Drained.Sub(d.Seen)
-		t.Logf("%s: the ingress fenced it %v after it was seen terminating", d.Pod, reaction)
 		// A session that lands before the fence is kept by drainctl's
 		// count, but only if the drain has not ended by then: the default
 		// min-wait (10 s) must outlast the proxy's reaction with room.
-		if reaction > ingressReactionBound {
-			t.Errorf("%s: the ingress fenced it %v after it was seen terminating; the bound is %v (half the default min-wait, which keeps a session that lands before the fence)", d.Pod, reaction, ingressReactionBound)
+		// The replica cut off the API server reacts from the heal.
+		reactions := map[string]time.Duration{"on every replica %v after it was seen terminating": d.Drained.Sub(d.Seen)}
+		if d.Seen.After(cut) {
+			reactions = map[string]time.Duration{}
+			for via, at := range d.DrainedOn {
+				if via == cutOff {
+					reactions["on "+via+" %v after the partition healed"] = at.Sub(healed)
+				} else {
+					reactions["on "+via+" %v after it was seen terminating"] = at.Sub(d.Seen)
+				}
+			}
+			// The cut held: the replica heard nothing until the heal.
+			if at, ok := d.DrainedOn[cutOff]; !ok || at.Before(healed) {
+				t.Errorf("%s: the replica cut off the API server fenced it at %v, the partition healed at %v: want after the heal", d.Pod, at, healed)
+			}
+		}
+		for how, reaction := range reactions {
+			t.Logf("%s: fenced "+how, d.Pod, reaction)
+			if reaction > ingressReactionBound {
+				t.Errorf("%s: fenced "+how+"; the bound is %v (half the default min-wait, which keeps a session that lands before the fence)", d.Pod, reaction, ingressReactionBound)
+			}
 		}
 		preStopReturnedOnTime(ctx, t, env, clients, d.Pod)
 	}

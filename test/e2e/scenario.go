@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/plan"
 	"github.com/stickydrain/stickydrain/test/nginxplus"
@@ -41,11 +42,22 @@ const (
 	MinWait      = 3 * time.Second
 )
 
+// minWait is the scenario Namespace's min-wait: MinWait, or behind an
+// ingress the webhook's default, which a webhook-only install relies on
+// to outlast the proxy's own reaction (and its short partitions from the
+// API server).
+func (e *Env) minWait() time.Duration {
+	if e.ingressKind != "" {
+		return api.DefaultMinWait
+	}
+	return MinWait
+}
+
 func (e *Env) Deploy(ctx context.Context, replicas int32, idle time.Duration) error {
 	k := e.Cluster.Client
 	nsAnnotations := map[string]string{
 		"stickydrain.io/url": "http://localhost:8080/sessions", "stickydrain.io/format": "number",
-		"stickydrain.io/interval": PollInterval.String(), "stickydrain.io/min-wait": MinWait.String(), "stickydrain.io/max-wait": "5m",
+		"stickydrain.io/interval": PollInterval.String(), "stickydrain.io/min-wait": e.minWait().String(), "stickydrain.io/max-wait": "5m",
 	}
 	if e.drainctlDelivery != "" {
 		nsAnnotations["stickydrain.io/drainctl"] = e.drainctlDelivery

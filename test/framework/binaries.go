@@ -40,6 +40,9 @@ type Webhook struct {
 	Port, MetricsPort int
 	CA                []byte
 	CertDir           string
+
+	bin, readyURL string
+	args          []string
 }
 
 // StartWebhook runs the webhook binary bin with its real flags against
@@ -64,15 +67,34 @@ func StartWebhook(ctx context.Context, bin, kubeconfig, dir, drainctlImage strin
 		"--port", fmt.Sprint(w.Port), "--drainctl-image", drainctlImage,
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", w.MetricsPort),
 		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[2])}, extra...)
+	w.bin, w.args, w.readyURL = bin, args, fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[2])
 	w.Proc, err = proc.Start(filepath.Join(dir, "webhook.log"), bin, args...)
 	if err != nil {
 		return nil, err
 	}
-	if err := proc.WaitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[2]), 60*time.Second); err != nil {
+	if err := proc.WaitHTTP(ctx, w.readyURL, 60*time.Second); err != nil {
 		w.Stop()
 		return nil, fmt.Errorf("webhook: %w (log %s)", err, w.Log)
 	}
 	return w, nil
+}
+
+// Restart starts the webhook again after Stop or Kill, as the kubelet
+// starts a container again: the same flags, certificate and ports, its
+// output appended to the same log; it waits until it is ready.
+func (w *Webhook) Restart(ctx context.Context) error {
+	if !w.Exited() {
+		return fmt.Errorf("webhook: restart while it runs (pid %d)", w.Pid())
+	}
+	p, err := proc.Start(w.Log, w.bin, w.args...)
+	if err != nil {
+		return err
+	}
+	w.Proc = p
+	if err := proc.WaitHTTP(ctx, w.readyURL, 60*time.Second); err != nil {
+		return fmt.Errorf("webhook restarted: %w (log %s)", err, w.Log)
+	}
+	return nil
 }
 
 // InstallWebhookConfigurations applies manifests/webhook as shipped, each

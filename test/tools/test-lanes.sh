@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Runs make test's Go tests in two lanes at once: the end-to-end package
-# (test/e2e: its scenarios spend most of their time waiting for drains) in
-# one, the scenarios named in E2E_LAST (the soak) last; every other
-# package — and the image builder's, the chart's and the benchmarks'
-# tests — one after another in the other, followed by the end-to-end
-# scenarios named in E2E_SECOND_LANE (four pod-host scenarios by default). Each lane runs one
-# process at a time, with its own control planes; the machine-wide parts
-# they share are locked (cluster.LockRealNode, the pod hosts' subnets and
-# mount points). The first lane's output is kept in a file and printed
-# when both lanes end; the run fails if either lane did.
+# Runs make test's Go tests in three lanes at once. The end-to-end
+# scenarios (test/e2e) spend most of their time waiting for drains, so two
+# lanes run them, each one scenario at a time from one test binary built
+# once: E2E_LANE_A (a -run pattern) in one, every other scenario in the
+# other; the scenarios named in E2E_LAST (the soak) run when both are done.
+# The third lane runs every other package one after another (-p 1), and
+# the image builder's, the chart's and the benchmarks' tests. Each
+# scenario has its own control plane; the machine-wide parts they share
+# are locked (cluster.LockRealNode, the pod hosts' subnets and mount
+# points). The end-to-end lanes' output is kept in files and printed when
+# every lane ends; the run fails if any lane did.
 #
 # Usage: test/tools/test-lanes.sh GO TIMEOUT PKGS...   (the environment
 # carries STICKYDRAIN_K8S_BINS and the others, as make test sets them)
@@ -16,6 +17,7 @@ set -euo pipefail
 go_cmd=$1 timeout=$2
 shift 2
 cd "$(dirname "$0")/../.."
+root=$PWD
 
 e2e=github.com/stickydrain/stickydrain/test/e2e
 mapfile -t pkgs < <("$go_cmd" list "$@")
@@ -25,43 +27,64 @@ for p in "${pkgs[@]}"; do
 	if [[ $p == "$e2e" ]]; then run_e2e=true; else others+=("$p"); fi
 done
 
-# Four scenarios on the pod host (none holds the real node) by default:
-# measured at efa999e, the first lane (test/e2e 1,510 s, then the soak
-# 179 s) ended about 8 minutes after the second. Moving the ingress
-# scenarios over instead (tried at 2d6a031) made the second lane the
-# longer: its real-node packages waited for the machine's real node while
-# a first-lane scenario held it. E2E_SECOND_LANE= (empty) keeps every
-# scenario in the first lane.
-second=${E2E_SECOND_LANE-'^(TestUninstallInOrderLosesNoRequest|TestRolloutAlsoDrainsOnNGINXPlus|TestRolloutSurvivesALeaderCrash|TestRolloutSurvivesAControlPlaneRestart)$'}
-# Scenarios the first lane runs last, after the rest of test/e2e: by then
-# the second lane is usually done, and the soak's random faults (leader
-# kills, partitions, crashes in two minutes) run on a quiet machine.
+# The scenarios of lane A; lane B runs the rest. Balanced by the times
+# measured at 11ffc9d (each scenario's --- PASS line): lane A holds the
+# real node's scenario (it waits for the machine's real node while
+# test/node or test/install holds it) and the ingress scenarios, about as
+# long as lane B's HAProxy scenarios. E2E_LANE_A= (empty) runs every
+# scenario in lane B.
+lane_a=${E2E_LANE_A-'^(TestRealNodeKeepsEverySession|TestIngressKeepsEverySession|TestRolloutSurvivesAPartitionAndHAProxyScaling|TestUninstallInOrderLosesNoRequest|TestRolloutAlsoDrainsOnNGINXPlus)$'}
+# Scenarios run last, once both end-to-end lanes are done: by then the
+# third lane is usually done too, and the soak's random faults (leader
+# kills, partitions, crashes in two minutes) run on a quieter machine.
 last=${E2E_LAST-'^TestSoak$'}
-skip=
-for re in "$second" "$last"; do
-	if [[ -n $re ]]; then skip+="${skip:+|}($re)"; fi
-done
-# The first lane runs with -v, so that each scenario's time is in its log
-# (to balance the lanes by); when it passes, only those lines are shown.
-first_lane() {
-	local st=0
-	if [[ -n $skip ]]; then
-		"$go_cmd" test -v -race -count=1 -timeout "$timeout" -skip "$skip" "$e2e" || st=1
-	else
-		"$go_cmd" test -v -race -count=1 -timeout "$timeout" "$e2e" || st=1
-	fi
-	if [[ -n $last ]]; then
-		"$go_cmd" test -v -race -count=1 -timeout "$timeout" -run "$last" "$e2e" || st=1
-	fi
-	return "$st"
-}
-e2e_log=$(mktemp -t stickydrain-e2e.XXXXXX)
+
 e2e_pid=
+e2e_log=
 if $run_e2e; then
-	echo "test/e2e runs beside the other packages; its output ($e2e_log) follows when both end"
-	first_lane >"$e2e_log" 2>&1 &
+	work=$(mktemp -d -t stickydrain-lanes.XXXXXX)
+	e2e_log=$work/e2e.log
+	bin=$work/e2e.test
+	# scenarios NAME ARGS...: the test binary, from the package's
+	# directory as go test runs it, its output in $work/NAME.log.
+	scenarios() {
+		local name=$1
+		shift
+		(cd "$root/test/e2e" && "$bin" -test.v -test.count=1 -test.timeout "$timeout" "$@") >"$work/$name.log" 2>&1
+	}
+	e2e_lanes() {
+		local st=0 a=0 b=0 skip=
+		"$go_cmd" test -race -c -o "$bin" "$e2e" || return 1
+		for re in "$lane_a" "$last"; do
+			if [[ -n $re ]]; then skip+="${skip:+|}($re)"; fi
+		done
+		if [[ -n $lane_a ]]; then
+			scenarios lane-a -test.run "$lane_a" &
+			a=$!
+		fi
+		if [[ -n $skip ]]; then
+			scenarios lane-b -test.skip "$skip" &
+		else
+			scenarios lane-b &
+		fi
+		b=$!
+		if ((a)); then wait "$a" || st=1; fi
+		wait "$b" || st=1
+		if [[ -n $last ]]; then
+			scenarios last -test.run "$last" || st=1
+		fi
+		for f in lane-a lane-b last; do
+			if [[ -f $work/$f.log ]]; then
+				echo "=== test/e2e $f"
+				cat "$work/$f.log"
+			fi
+		done
+		return "$st"
+	}
+	echo "test/e2e runs in two lanes beside the other packages; its output ($e2e_log) follows when every lane ends"
+	e2e_lanes >"$e2e_log" 2>&1 &
 	e2e_pid=$!
-	trap '[[ -n $e2e_pid ]] && { pkill -TERM -P "$e2e_pid"; kill "$e2e_pid"; } 2>/dev/null' EXIT
+	trap '[[ -n $e2e_pid ]] && { pkill -TERM -P "$e2e_pid"; kill "$e2e_pid"; } 2>/dev/null; [[ -n ${work:-} ]] && rm -rf "$work"' EXIT
 fi
 
 status=0
@@ -76,9 +99,6 @@ status=0
 if ((${#others[@]})); then
 	"$go_cmd" test -race -count=1 -p 1 -timeout "$timeout" "${others[@]}" || status=1
 fi
-if $run_e2e && [[ -n $second ]]; then
-	"$go_cmd" test -race -count=1 -timeout "$timeout" -run "$second" "$e2e" || status=1
-fi
 
 if [[ -n $e2e_pid ]]; then
 	e2e_status=0
@@ -89,8 +109,7 @@ if [[ -n $e2e_pid ]]; then
 		status=1
 	else
 		echo "test/e2e passed; each scenario's time:"
-		grep -E '^(--- (PASS|SKIP)|ok|PASS$)' "$e2e_log" || true
+		grep -E '^(=== test/e2e|--- (PASS|SKIP)|PASS$)' "$e2e_log" || true
 	fi
-	rm -f "$e2e_log"
 fi
 exit "$status"

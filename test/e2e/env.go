@@ -57,6 +57,7 @@ type Env struct {
 	controllerKubeconfig string
 	ctlMu                sync.Mutex // guards Controllers, controllerDirs and procs for the supervisor
 	stopSupervising      func()
+	controllersDown      bool // StopControllers: the supervisor leaves them down; guarded by ctlMu
 
 	log      func(string, ...any)
 	plusURLs []string
@@ -88,6 +89,7 @@ type Env struct {
 	installed               bool   // Options.Install
 	drainctlDelivery        string // Options.DrainctlDelivery
 	probesOnly              bool   // Options.FrontProbesOnly
+	readiness               haproxytest.Readiness
 }
 
 // Options configure Start.
@@ -128,6 +130,11 @@ type Options struct {
 	// told at the kill (as the kubelet turns a pod NotReady when its
 	// container exits).
 	FrontProbesOnly bool
+	// Readiness is the HAProxy instances' readiness rule: ReadyConfirmed
+	// (the zero value: an instance no controller confirmed for 2 s leaves
+	// rotation, which the partition and soak scenarios assert) or
+	// ReadyFilled, the sample's.
+	Readiness haproxytest.Readiness
 	// RealNodeLock (with Node) is the machine's real-node lock, taken by
 	// the caller before its clock started (cluster.LockRealNode); Start
 	// waits for it otherwise.
@@ -180,6 +187,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	env.installed = opts.Install
 	env.drainctlDelivery = opts.DrainctlDelivery
 	env.probesOnly = opts.FrontProbesOnly
+	env.readiness = opts.Readiness
 	if opts.Node {
 		names := []string{"pause", "sessionapp", "drainctl"}
 		if opts.Install {

@@ -23,10 +23,9 @@ func (e *Env) readyMap() string { return filepath.Join(e.Dir, "ready.map") }
 // runHAProxy starts one instance of the environment's version and mode
 // in dir.
 func (e *Env) runHAProxy(dir string) (*haproxytest.HAProxy, error) {
-	// The stricter readiness (confirmed within 2 s): the partition and
-	// soak scenarios assert that a partitioned instance leaves rotation.
-	// The sample's (filled) is tested in controller/backend/haproxy.
-	o := haproxytest.Options{Dir: dir, Key: "e2e-shared-key", ReadyMap: e.readyMap(), Bin: e.flavour.Bin, Gate: true, Readiness: haproxytest.ReadyConfirmed}
+	// Options.Readiness: the stricter rule (confirmed within 2 s) unless
+	// a scenario asks for the sample's (filled).
+	o := haproxytest.Options{Dir: dir, Key: "e2e-shared-key", ReadyMap: e.readyMap(), Bin: e.flavour.Bin, Gate: true, Readiness: e.readiness}
 	if e.installed {
 		// The installed controller, in a pod, reaches the host's
 		// address, not a unix socket.
@@ -297,6 +296,12 @@ func (e *Env) supervise(ctx context.Context) {
 			return
 		case <-time.After(200 * time.Millisecond):
 		}
+		e.ctlMu.Lock()
+		down := e.controllersDown
+		e.ctlMu.Unlock()
+		if down {
+			continue
+		}
 		for i, c := range e.controllers() {
 			if !c.Exited() {
 				continue
@@ -325,4 +330,38 @@ func (e *Env) supervise(ctx context.Context) {
 			e.log("controller replica %d exited; started again (log %s)", i+1, nc.Log)
 		}
 	}
+}
+
+// StopControllers stops every controller replica (SIGTERM, as deleting
+// or upgrading its Deployment does) and keeps them down until
+// StartControllers; the span counts as leaderless for the drains.
+func (e *Env) StopControllers() {
+	e.ctlMu.Lock()
+	e.controllersDown = true
+	e.ctlMu.Unlock()
+	e.faultsMu.Lock()
+	e.leaderless = append(e.leaderless, killWindow{from: time.Now()})
+	e.faultsMu.Unlock()
+	for _, c := range e.controllers() {
+		c.Stop()
+	}
+}
+
+// StartControllers lets the supervisor start every stopped replica again
+// and waits until one leads.
+func (e *Env) StartControllers(ctx context.Context) error {
+	e.ctlMu.Lock()
+	e.controllersDown = false
+	e.ctlMu.Unlock()
+	for e.Leader() < 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no controller leads after the restart: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	e.faultsMu.Lock()
+	e.leaderless[len(e.leaderless)-1].to = time.Now()
+	e.faultsMu.Unlock()
+	return nil
 }

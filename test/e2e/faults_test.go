@@ -319,6 +319,47 @@ func TestRolloutSurvivesALeaderCrash(t *testing.T) {
 	assertUsersKeptEverything(t, clients, obs, 0)
 }
 
+// TestEveryControllerDownKeepsTheLoadBalancersServing: the instances run
+// the sample's readiness rule (filled); mid-rollout every controller
+// replica stops (SIGTERM, as a bad upgrade or a deleted Deployment) for
+// 10 s, five times the age at which the stricter rule (confirmed) takes
+// an instance out of rotation. An outage of the controller must not take
+// the load balancers out while they still route what they have: both
+// instances stay ready throughout, no request fails, no session is lost
+// (a pod that terminates meanwhile is not drained; the sessions that land
+// on it are in its count, which drainctl waits for). When the
+// controllers are back the rollout's drains go on.
+func TestEveryControllerDownKeepsTheLoadBalancersServing(t *testing.T) {
+	fl := haproxytest.Flavour{Version: haproxytest.Versions(t)[0]}
+	ctx, env := startEnv(t, Options{HAProxy: fl, ControllerReplicas: 2, Readiness: haproxytest.ReadyFilled})
+	waitUntil(t, ctx, "a leader", func() bool { return env.Leader() >= 0 })
+	clients, obs := startRollout(t, ctx, env)
+	const outage = 10 * time.Second
+	down := time.Now()
+	env.StopControllers()
+	t.Logf("every controller replica stopped %v after SIGTERM", time.Since(down).Round(10*time.Millisecond))
+	unready := map[int]int{}
+	samples := 0
+	for time.Since(down) < outage && ctx.Err() == nil {
+		for i, h := range env.haproxies() {
+			if !ready(h.ReadyURL()) {
+				unready[i]++
+			}
+		}
+		samples++
+		time.Sleep(100 * time.Millisecond)
+	}
+	for i, n := range unready {
+		t.Errorf("instance %d answered its readiness check 503 in %d of %d samples while no controller ran: an outage of the controller took it out of rotation", i, n, samples)
+	}
+	if err := env.StartControllers(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a controller leads again %v after the outage began; readiness sampled %d times during it, 503 per instance: %v", time.Since(down).Round(100*time.Millisecond), samples, unready)
+	finishRollout(t, ctx, env, clients, obs)
+	assertUsersKeptEverything(t, clients, obs, 0)
+}
+
 // TestRolloutSurvivesAControlPlaneRestart: mid-drain, kube-apiserver and
 // etcd stop for 5 s and start again. The load balancers keep serving
 // what they have; when the controller's watches come back it relists,

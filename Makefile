@@ -98,10 +98,11 @@ test-parts: deps ## Build what the tests run (control plane and kubelet, contain
 	@$(MAKE) --no-print-directory -j5 k8s-bins containerd haproxy-versions peers test-images
 
 .PHONY: soak
-soak: deps k8s-bins ## Chaos soak: sticky users, rollouts and random faults for DURATION (default 30m; make test runs 2m) on HAPROXY (default the newest, slots; e.g. HAPROXY=haproxy-3.2-dynamic).
-	set -o pipefail; STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" STICKYDRAIN_HAPROXY="$$(test/tools/haproxy.sh)" \
-	  STICKYDRAIN_SOAK_DURATION="$${DURATION:-30m}" STICKYDRAIN_SOAK_HAPROXY="$(HAPROXY)" \
+soak: deps k8s-bins haproxy-versions peers ## Chaos soak: sticky users, rollouts and random faults, rotating through every flavour (HAProxy 2.6/3.0/3.2 slots and dynamic with the NGINX Plus emulators, haproxy-ingress, Traefik) for DURATION in all (default 30m; make test runs 40 s each); FLAVOURS=haproxy-3.2-dynamic,traefik picks some. The per-flavour table goes to soak-table.md.
+	set -o pipefail; STICKYDRAIN_K8S_BINS="$$(test/tools/build.sh)" STICKYDRAIN_HAPROXY="$$(test/tools/haproxy.sh)" STICKYDRAIN_PEERS="$$(test/peers/build.sh)" \
+	  STICKYDRAIN_SOAK_DURATION="$${DURATION:-30m}" STICKYDRAIN_SOAK_FLAVOURS="$(FLAVOURS)" STICKYDRAIN_SOAK_TABLE="$(abspath soak-table.md)" \
 	  $(GO) test -race -count=1 -run '^TestSoak$$' -v -timeout 0 ./test/e2e/ 2>&1 | grep -v 'podhost: ' | tee soak.log | grep -E '^(---|===|ok|FAIL)|soak|users:|injected|problem|sessions'
+	@cat soak-table.md
 
 .PHONY: test-unit
 test-unit: ## Only the tests that need no control plane (-short).

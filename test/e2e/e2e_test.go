@@ -256,7 +256,7 @@ func TestRolloutAlsoDrainsOnNGINXPlus(t *testing.T) {
 	cluster.SkipIfShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	env, err := Start(ctx, Options{Log: t.Logf, NGINXPlus: true})
+	env, err := Start(ctx, Options{Log: t.Logf, NGINXPlus: true, Bins: bins})
 	if err != nil {
 		t.Fatal(err)
 	}

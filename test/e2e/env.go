@@ -90,6 +90,7 @@ type Env struct {
 	drainctlDelivery        string // Options.DrainctlDelivery
 	probesOnly              bool   // Options.FrontProbesOnly
 	readiness               haproxytest.Readiness
+	controllerPprof         bool // Options.ControllerPprof
 }
 
 // Options configure Start.
@@ -130,6 +131,14 @@ type Options struct {
 	// told at the kill (as the kubelet turns a pod NotReady when its
 	// container exits).
 	FrontProbesOnly bool
+	// Bins builds the binaries the environment runs; one Builder shared
+	// by a test process's environments links each binary once (5–16 s a
+	// binary here). Default: the environment's own.
+	Bins *testbin.Builder
+	// ControllerPprof serves each controller replica's Go profiles
+	// (--pprof-bind-address, Controller.PprofAddr), for the soak's memory
+	// figures.
+	ControllerPprof bool
 	// Readiness is the HAProxy instances' readiness rule: ReadyConfirmed
 	// (the zero value: an instance no controller confirmed for 2 s leaves
 	// rotation, which the partition and soak scenarios assert) or
@@ -152,14 +161,17 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
-	env = &Env{Dir: dir, log: logf, bins: testbin.New(), flavour: opts.HAProxy, appImage: "sessionapp", drainctlImage: framework.DrainctlImage}
+	env = &Env{Dir: dir, log: logf, bins: opts.Bins, flavour: opts.HAProxy, appImage: "sessionapp", drainctlImage: framework.DrainctlImage}
 	defer func() {
 		if err != nil {
 			env.Stop()
 			env = nil
 		}
 	}()
-	env.cleanup = append(env.cleanup, func() { _ = env.bins.Close() })
+	if env.bins == nil {
+		env.bins = testbin.New()
+		env.cleanup = append(env.cleanup, func() { _ = env.bins.Close() })
+	}
 	if opts.Install && (!opts.Node || opts.Ingress != "") {
 		return env, fmt.Errorf("e2e: Options.Install needs Node and no Ingress")
 	}
@@ -188,6 +200,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	env.drainctlDelivery = opts.DrainctlDelivery
 	env.probesOnly = opts.FrontProbesOnly
 	env.readiness = opts.Readiness
+	env.controllerPprof = opts.ControllerPprof
 	if opts.Node {
 		names := []string{"pause", "sessionapp", "drainctl"}
 		if opts.Install {
@@ -281,7 +294,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 		return env, err
 	}
 	logf("starting the controller …")
-	if err := env.startController(ctx, built["controller"], opts.ControllerReplicas); err != nil {
+	if err := env.startController(ctx, opts.ControllerReplicas); err != nil {
 		return env, err
 	}
 	superCtx, stopSupervising := context.WithCancel(context.Background())
@@ -387,7 +400,7 @@ func (e *Env) startWebhook(ctx context.Context, bin string) error {
 	return framework.InstallWebhookConfigurations(ctx, e.Cluster, fmt.Sprintf("https://127.0.0.1:%d", w.Port), w.CA)
 }
 
-func (e *Env) startController(ctx context.Context, bin string, replicas int) error {
+func (e *Env) startController(ctx context.Context, replicas int) error {
 	kubeconfig, err := framework.ControllerServiceAccount(ctx, e.Cluster)
 	if err != nil {
 		return err
@@ -401,7 +414,7 @@ func (e *Env) startController(ctx context.Context, bin string, replicas int) err
 				return err
 			}
 		}
-		c, err := framework.StartController(ctx, bin, kubeconfig, dir, e.controllerConfig(), "--leader-elect", "--leader-election-namespace", "stickydrain-system")
+		c, err := e.runController(ctx, dir)
 		if err != nil {
 			return err
 		}
@@ -410,6 +423,28 @@ func (e *Env) startController(ctx context.Context, bin string, replicas int) err
 		e.controllerDirs = append(e.controllerDirs, dir)
 	}
 	return nil
+}
+
+// runController starts one controller replica in dir with the shipped
+// leader election (and Go's profiles on a port of its own when
+// Options.ControllerPprof asks).
+func (e *Env) runController(ctx context.Context, dir string) (*framework.Controller, error) {
+	args := []string{"--leader-elect", "--leader-election-namespace", "stickydrain-system"}
+	pprof := ""
+	if e.controllerPprof {
+		port, err := proc.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		pprof = fmt.Sprintf("127.0.0.1:%d", port)
+		args = append(args, "--pprof-bind-address", pprof)
+	}
+	c, err := framework.StartController(ctx, e.built["controller"], e.controllerKubeconfig, dir, e.controllerConfig(), args...)
+	if err != nil {
+		return nil, err
+	}
+	c.PprofAddr = pprof
+	return c, nil
 }
 
 // controllerConfig is the controller's configuration for the instances

@@ -318,7 +318,7 @@ func (e *Env) supervise(ctx context.Context) {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				continue
 			}
-			nc, err := framework.StartController(ctx, e.built["controller"], e.controllerKubeconfig, dir, e.controllerConfig(), "--leader-elect", "--leader-election-namespace", "stickydrain-system")
+			nc, err := e.runController(ctx, dir)
 			if err != nil {
 				e.log("restarting controller replica %d: %v", i+1, err)
 				continue

@@ -399,6 +399,9 @@ func startEnvWithin(t *testing.T, opts Options, within time.Duration) (context.C
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	t.Cleanup(cancel)
 	opts.Log = t.Logf
+	if opts.Bins == nil {
+		opts.Bins = bins
+	}
 	env, err := Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)

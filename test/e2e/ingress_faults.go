@@ -89,8 +89,9 @@ func (e *Env) refusedCreates(ctx context.Context) int {
 	return n
 }
 
-// uninjected lists the Deployment's pods of version that the webhook did
-// not inject (its status annotation says how it treated each).
+// uninjected lists the Deployment's pods of version (every version when
+// "") that the webhook did not inject (its status annotation says how it
+// treated each).
 func (e *Env) uninjected(ctx context.Context, version string) []string {
 	var out []string
 	var pods corev1.PodList
@@ -98,7 +99,7 @@ func (e *Env) uninjected(ctx context.Context, version string) []string {
 		return []string{err.Error()}
 	}
 	for _, p := range pods.Items {
-		if !strings.Contains(strings.Join(p.Spec.Containers[0].Args, " "), "--version="+version) {
+		if version != "" && !strings.Contains(strings.Join(p.Spec.Containers[0].Args, " "), "--version="+version) {
 			continue
 		}
 		if p.Annotations[api.AnnotationStatus] != api.StatusInjected {
@@ -109,12 +110,12 @@ func (e *Env) uninjected(ctx context.Context, version string) []string {
 }
 
 // ReloadIngress makes every replica rebuild its configuration under
-// traffic, as another team's new Ingress does: an Ingress for a second
-// Service of the same pods, on its own path. haproxy-ingress cannot add
+// traffic, as another team's new Ingress does: an Ingress name for a
+// Service of that name selecting the same pods, on its own path. haproxy-ingress cannot add
 // a backend without reloading HAProxy (a new worker process, checked by
 // its pid); Traefik builds a new configuration and swaps it in (checked
 // by the new router in its API). It returns once every replica has.
-func (e *Env) ReloadIngress(ctx context.Context) error {
+func (e *Env) ReloadIngress(ctx context.Context, name string) error {
 	before := map[*ingressProxy]string{}
 	for _, ip := range e.ingressReplicas() {
 		if ip.kind == HAProxyIngress {
@@ -126,16 +127,16 @@ func (e *Env) ReloadIngress(ctx context.Context) error {
 		}
 	}
 	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
 	}
 	ing := &networkingv1.Ingress{
-		ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace},
 		Spec: networkingv1.IngressSpec{
 			IngressClassName: ptr.To(string(e.ingressKind)),
 			Rules: []networkingv1.IngressRule{{IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{
-				Paths: []networkingv1.HTTPIngressPath{{Path: "/other", PathType: ptr.To(networkingv1.PathTypePrefix),
+				Paths: []networkingv1.HTTPIngressPath{{Path: "/" + name, PathType: ptr.To(networkingv1.PathTypePrefix),
 					Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: svc.Name,
 						Port: networkingv1.ServiceBackendPort{Name: "http"}}}}},
 			}}}},
@@ -150,24 +151,24 @@ func (e *Env) ReloadIngress(ctx context.Context) error {
 	start := time.Now()
 	for _, ip := range e.ingressReplicas() {
 		for {
-			done, err := ip.reloadedSince(before[ip])
+			done, err := ip.reloadedSince(before[ip], name)
 			if err == nil && done {
 				break
 			}
 			if ctx.Err() != nil || time.Since(start) > time.Minute {
-				return fmt.Errorf("%s replica on :%d never reloaded for the new Ingress (last: %v)", ip.kind, ip.httpPort, err)
+				return fmt.Errorf("%s replica on :%d never reloaded for the new Ingress %s (last: %v)", ip.kind, ip.httpPort, name, err)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		e.log("%s replica on :%d reloaded %v after the new Ingress", ip.kind, ip.httpPort, time.Since(start).Round(time.Millisecond))
+		e.log("%s replica on :%d reloaded %v after the new Ingress %s", ip.kind, ip.httpPort, time.Since(start).Round(time.Millisecond), name)
 	}
 	return nil
 }
 
 // reloadedSince reports whether the replica runs a configuration with
-// the "other" Ingress: for haproxy-ingress, an HAProxy worker other than
-// the one whose pid was before.
-func (ip *ingressProxy) reloadedSince(before string) (bool, error) {
+// the Ingress name: for haproxy-ingress, an HAProxy worker other than the
+// one whose pid was before.
+func (ip *ingressProxy) reloadedSince(before, name string) (bool, error) {
 	switch ip.kind {
 	case HAProxyIngress:
 		pid, err := ip.workerPid()
@@ -177,7 +178,7 @@ func (ip *ingressProxy) reloadedSince(before string) (bool, error) {
 		if pid == before {
 			return false, nil
 		}
-		_, err = backendNamed(ip.adminSocket, Namespace+"_other_")
+		_, err = backendNamed(ip.adminSocket, Namespace+"_"+name+"_")
 		return err == nil, err
 	case Traefik:
 		c := http.Client{Timeout: time.Second}
@@ -193,7 +194,7 @@ func (ip *ingressProxy) reloadedSince(before string) (bool, error) {
 			return false, fmt.Errorf("traefik API: %w", err)
 		}
 		for _, r := range routers {
-			if strings.HasPrefix(r.Name, Namespace+"-other-") {
+			if strings.HasPrefix(r.Name, Namespace+"-"+name+"-") {
 				return true, nil
 			}
 		}

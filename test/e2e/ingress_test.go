@@ -86,7 +86,7 @@ func ingressScenario(t *testing.T, kind Ingress) {
 		t.Fatal(err)
 	}
 	t.Logf("%s its replacement routes; a new Ingress makes every replica reload", stamp())
-	if err := env.ReloadIngress(ctx); err != nil {
+	if err := env.ReloadIngress(ctx, "other"); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, ctx, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })

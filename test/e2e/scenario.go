@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -116,17 +117,32 @@ func (e *Env) Deploy(ctx context.Context, replicas int32, idle time.Duration) er
 
 // Rollout changes the Deployment's version, which rolls every pod.
 func (e *Env) Rollout(ctx context.Context, version string) error {
-	var d appsv1.Deployment
-	if err := e.Cluster.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: "web"}, &d); err != nil {
-		return err
-	}
-	args := d.Spec.Template.Spec.Containers[0].Args
-	for i, a := range args {
-		if strings.HasPrefix(a, "--version=") {
-			args[i] = "--version=" + version
+	return e.updateDeployment(ctx, func(d *appsv1.Deployment) {
+		args := d.Spec.Template.Spec.Containers[0].Args
+		for i, a := range args {
+			if strings.HasPrefix(a, "--version=") {
+				args[i] = "--version=" + version
+			}
 		}
-	}
-	return e.Cluster.Client.Update(ctx, &d)
+	})
+}
+
+// ScaleTo sets the Deployment's replicas.
+func (e *Env) ScaleTo(ctx context.Context, replicas int32) error {
+	return e.updateDeployment(ctx, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To(replicas) })
+}
+
+// updateDeployment applies change to the Deployment, read again and
+// retried when another writer (a scale, a rollout) got there first.
+func (e *Env) updateDeployment(ctx context.Context, change func(*appsv1.Deployment)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var d appsv1.Deployment
+		if err := e.Cluster.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: "web"}, &d); err != nil {
+			return err
+		}
+		change(&d)
+		return e.Cluster.Client.Update(ctx, &d)
+	})
 }
 
 // PodView is one pod as the demo shows it.

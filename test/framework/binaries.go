@@ -169,6 +169,9 @@ type Controller struct {
 	*proc.Proc
 	MetricsPort int
 	Kubeconfig  string // the kubeconfig it runs with
+	// PprofAddr is where it serves Go's profiles, when the caller passed
+	// --pprof-bind-address (and set this); "" otherwise.
+	PprofAddr string
 }
 
 // StartController runs the controller binary bin against kubeconfig with

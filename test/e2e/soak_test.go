@@ -46,8 +46,9 @@ import (
 // STICKYDRAIN_SOAK_DURATION sets the whole rotation's length, shared
 // evenly (default: 40 s per flavour); STICKYDRAIN_SOAK_SEED the faults'
 // order (default: the clock); STICKYDRAIN_SOAK_FLAVOURS the flavours, by
-// name, comma-separated (default: every one); STICKYDRAIN_SOAK_TABLE a
-// file to write the table to (Markdown).
+// name, comma-separated (default: every one); STICKYDRAIN_SOAK_SHARD=k/n
+// every n-th of them from the k-th; STICKYDRAIN_SOAK_TABLE a file to write
+// the table to (Markdown).
 var errSkip = errors.New("not injected now")
 
 // soakTarget is one flavour of the rotation: an HAProxy version and mode
@@ -94,6 +95,26 @@ func soakTargets(vs []haproxytest.Version, names string) ([]soakTarget, error) {
 	return out, nil
 }
 
+// soakShard is the shard k/n of targets (every n-th from the k-th, k
+// from 1; make test runs the rotation as two shards at once), or all of
+// them when shard is empty.
+func soakShard(targets []soakTarget, shard string) ([]soakTarget, error) {
+	if shard == "" {
+		return targets, nil
+	}
+	var k, n int
+	if _, err := fmt.Sscanf(shard, "%d/%d", &k, &n); err != nil || n < 1 || k < 1 || k > n {
+		return nil, fmt.Errorf("STICKYDRAIN_SOAK_SHARD=%q: want k/n with 1 ≤ k ≤ n, e.g. 1/2", shard)
+	}
+	var out []soakTarget
+	for i, t := range targets {
+		if i%n == k-1 {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
 // soakRow is one flavour's outcome.
 type soakRow struct {
 	flavour  string
@@ -114,6 +135,9 @@ func TestSoak(t *testing.T) {
 	cluster.SkipIfShort(t)
 	targets, err := soakTargets(haproxytest.Versions(t), os.Getenv("STICKYDRAIN_SOAK_FLAVOURS"))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if targets, err = soakShard(targets, os.Getenv("STICKYDRAIN_SOAK_SHARD")); err != nil {
 		t.Fatal(err)
 	}
 	each := 40 * time.Second

@@ -3,7 +3,7 @@
 # scenarios (test/e2e) spend most of their time waiting for drains, so two
 # lanes run them, each one scenario at a time from one test binary built
 # once: E2E_LANE_A (a -run pattern) in one, every other scenario in the
-# other; the scenarios named in E2E_LAST (the soak) run when both are done.
+# other; then each runs half of the soak's rotation (E2E_SOAK).
 # The third lane runs every other package one after another (-p 1), and
 # the image builder's, the chart's and the benchmarks' tests. Each
 # scenario has its own control plane; the machine-wide parts they share
@@ -34,10 +34,11 @@ done
 # long as lane B's HAProxy scenarios. E2E_LANE_A= (empty) runs every
 # scenario in lane B.
 lane_a=${E2E_LANE_A-'^(TestRealNodeKeepsEverySession|TestIngressKeepsEverySession|TestRolloutSurvivesAPartitionAndHAProxyScaling|TestUninstallInOrderLosesNoRequest|TestRolloutAlsoDrainsOnNGINXPlus)$'}
-# Scenarios run last, once both end-to-end lanes are done: by then the
-# third lane is usually done too, and the soak's random faults (leader
-# kills, partitions, crashes in two minutes) run on a quieter machine.
-last=${E2E_LAST-'^TestSoak$'}
+# The soak (make test's short rotation through every flavour) runs at the
+# end of the end-to-end lanes, half of its flavours in each
+# (STICKYDRAIN_SOAK_SHARD): as one run at the end of both, after the
+# longer lane, it made the end-to-end part the longest of the three.
+soak=${E2E_SOAK-'^TestSoak$'}
 
 e2e_pid=
 e2e_log=
@@ -55,25 +56,40 @@ if $run_e2e; then
 	e2e_lanes() {
 		local st=0 a=0 b=0 skip=
 		"$go_cmd" test -race -c -o "$bin" "$e2e" || return 1
-		for re in "$lane_a" "$last"; do
+		for re in "$lane_a" "$soak"; do
 			if [[ -n $re ]]; then skip+="${skip:+|}($re)"; fi
 		done
 		if [[ -n $lane_a ]]; then
-			scenarios lane-a -test.run "$lane_a" &
+			(
+				s=0
+				scenarios lane-a -test.run "$lane_a" || s=1
+				if [[ -n $soak ]]; then
+					STICKYDRAIN_SOAK_SHARD=1/2 scenarios soak-1 -test.run "$soak" || s=1
+				fi
+				exit "$s"
+			) &
 			a=$!
 		fi
-		if [[ -n $skip ]]; then
-			scenarios lane-b -test.skip "$skip" &
-		else
-			scenarios lane-b &
-		fi
+		(
+			s=0
+			if [[ -n $skip ]]; then
+				scenarios lane-b -test.skip "$skip" || s=1
+			else
+				scenarios lane-b || s=1
+			fi
+			if [[ -n $soak ]]; then
+				if [[ -n $lane_a ]]; then
+					STICKYDRAIN_SOAK_SHARD=2/2 scenarios soak-2 -test.run "$soak" || s=1
+				else
+					scenarios soak -test.run "$soak" || s=1
+				fi
+			fi
+			exit "$s"
+		) &
 		b=$!
 		if ((a)); then wait "$a" || st=1; fi
 		wait "$b" || st=1
-		if [[ -n $last ]]; then
-			scenarios last -test.run "$last" || st=1
-		fi
-		for f in lane-a lane-b last; do
+		for f in lane-a soak-1 lane-b soak-2 soak; do
 			if [[ -f $work/$f.log ]]; then
 				echo "=== test/e2e $f"
 				cat "$work/$f.log"

@@ -111,11 +111,12 @@ func (w *MemoryWatch) sample(ctx context.Context, c *framework.Controller) {
 	s.latest = file
 }
 
-// Report says, for the process sampled longest, its resident set and live
+// Report says, for the process prefer (the leader, say) if it was sampled
+// twice or more, else for the one sampled longest, its resident set and live
 // heap at the start, at half time and at the end (short: for a table),
 // and with them the heap profile's difference between the first and the
 // latest reading (go tool pprof -top -diff_base), top lines (detail).
-func (w *MemoryWatch) Report() (short, detail string) {
+func (w *MemoryWatch) Report(prefer int) (short, detail string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var long *memSeries
@@ -126,6 +127,9 @@ func (w *MemoryWatch) Report() (short, detail string) {
 		if long == nil || s.samples[len(s.samples)-1].at.Sub(s.samples[0].at) > long.samples[len(long.samples)-1].at.Sub(long.samples[0].at) {
 			long = s
 		}
+	}
+	if s := w.series[prefer]; s != nil && len(s.samples) >= 2 {
+		long = s
 	}
 	if long == nil {
 		return "not sampled twice", "controller memory: no process sampled twice"

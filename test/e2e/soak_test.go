@@ -167,7 +167,7 @@ func TestSoak(t *testing.T) {
 			rows = append(rows, soakOne(t, target, each, rng))
 		})
 	}
-	table := soakTable(each, seed, rows)
+	table := soakTable(fmt.Sprintf("%v per flavour, seed %d.\n\n", each, seed), rows)
 	t.Logf("soak table:\n%s", table)
 	if f := os.Getenv("STICKYDRAIN_SOAK_TABLE"); f != "" {
 		if err := os.WriteFile(f, []byte(table), 0o644); err != nil {
@@ -178,9 +178,9 @@ func TestSoak(t *testing.T) {
 
 // soakTable is the rotation's outcome in Markdown: one row per flavour
 // and fault type, then the users' totals per flavour.
-func soakTable(each time.Duration, seed uint64, rows []soakRow) string {
+func soakTable(header string, rows []soakRow) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%v per flavour, seed %d.\n\n", each, seed)
+	b.WriteString(header)
 	b.WriteString("| flavour | fault | injected | users' problems while it was the latest fault |\n| --- | --- | --- | --- |\n")
 	for _, r := range rows {
 		for _, f := range r.faults {
@@ -302,7 +302,11 @@ func soakOne(t *testing.T, target soakTarget, d time.Duration, rng *rand.Rand) s
 	if mem != nil {
 		mem.Stop()
 		var detail string
-		memory, detail = mem.Report()
+		leader := 0
+		if c := env.LeaderProc(); c != nil {
+			leader = c.Pid()
+		}
+		memory, detail = mem.Report(leader)
 		t.Log(detail)
 	}
 	for _, err := range asyncErrs {
@@ -345,7 +349,7 @@ func soakOne(t *testing.T, target soakTarget, d time.Duration, rng *rand.Rand) s
 			}
 		}
 	}
-	t.Logf("%s", soakTable(d, 0, []soakRow{row}))
+	t.Logf("%s", soakTable("", []soakRow{row}))
 	if target.Ingress != "" {
 		assertIngressKeptEverything(t, clients, obs, row.injected["ingress-crash"], windows...)
 	} else {

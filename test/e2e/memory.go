@@ -111,58 +111,70 @@ func (w *MemoryWatch) sample(ctx context.Context, c *framework.Controller) {
 	s.latest = file
 }
 
-// Report says, for the process prefer (the leader, say) if it was sampled
-// twice or more, else for the one sampled longest, its resident set and live
-// heap at the start, at half time and at the end (short: for a table),
-// and with them the heap profile's difference between the first and the
-// latest reading (go tool pprof -top -diff_base), top lines (detail).
-func (w *MemoryWatch) Report(prefer int) (short, detail string) {
+// Report says, for the process sampled longest (whether memory levels
+// off), its resident set and live heap at the start, at half time and at
+// the end (short: for a table); and for every process sampled twice or
+// more (leader: the one leading at the end) the same, with the heap
+// profile's difference between its first and latest reading (go tool
+// pprof -top -diff_base), top lines (detail).
+func (w *MemoryWatch) Report(leader int) (short, detail string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	span := func(s *memSeries) time.Duration { return s.samples[len(s.samples)-1].at.Sub(s.samples[0].at) }
 	var long *memSeries
+	var b strings.Builder
 	for _, s := range w.series {
 		if len(s.samples) < 2 {
 			continue
 		}
-		if long == nil || s.samples[len(s.samples)-1].at.Sub(s.samples[0].at) > long.samples[len(long.samples)-1].at.Sub(long.samples[0].at) {
+		if long == nil || span(s) > span(long) {
 			long = s
 		}
-	}
-	if s := w.series[prefer]; s != nil && len(s.samples) >= 2 {
-		long = s
 	}
 	if long == nil {
 		return "not sampled twice", "controller memory: no process sampled twice"
 	}
 	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-	first, last := long.samples[0], long.samples[len(long.samples)-1]
-	mid := long.samples[len(long.samples)/2]
-	var maxRSS int64
-	for _, s := range long.samples {
-		maxRSS = max(maxRSS, s.rss)
+	line := func(s *memSeries) (first, mid, last memSample) {
+		return s.samples[0], s.samples[len(s.samples)/2], s.samples[len(s.samples)-1]
 	}
+	first, mid, last := line(long)
 	short = fmt.Sprintf("RSS %s → %s → %s, heap %s → %s → %s over %v", mib(first.rss), mib(mid.rss), mib(last.rss),
-		mib(first.heap), mib(mid.heap), mib(last.heap), last.at.Sub(first.at).Round(time.Second))
-	var b strings.Builder
-	fmt.Fprintf(&b, "controller memory (pid %d, %d readings over %v): RSS %s → %s at half time → %s at the end (peak %s); live heap %s → %s → %s",
-		long.pid, len(long.samples), last.at.Sub(first.at).Round(time.Second),
-		mib(first.rss), mib(mid.rss), mib(last.rss), mib(maxRSS), mib(first.heap), mib(mid.heap), mib(last.heap))
-	if long.first != "" && long.latest != "" {
-		out, err := exec.Command("go", "tool", "pprof", "-top", "-sample_index=inuse_space", "-diff_base="+long.first, long.latest).CombinedOutput()
-		if err != nil {
-			fmt.Fprintf(&b, "\nheap profile difference: %v", err)
-		} else {
-			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-			for i, l := range lines {
-				if strings.HasPrefix(strings.TrimSpace(l), "flat") {
-					lines = lines[i:min(len(lines), i+11)]
-					break
-				}
-			}
-			fmt.Fprintf(&b, "\nheap profile, latest less first (inuse_space):\n%s", strings.Join(lines, "\n"))
+		mib(first.heap), mib(mid.heap), mib(last.heap), span(long).Round(time.Second))
+	for _, s := range w.series {
+		if len(s.samples) < 2 {
+			continue
 		}
+		first, mid, last := line(s)
+		var peak int64
+		for _, x := range s.samples {
+			peak = max(peak, x.rss)
+		}
+		role := ""
+		if s.pid == leader {
+			role = ", leading at the end"
+		}
+		fmt.Fprintf(&b, "controller memory (pid %d%s, %d readings over %v): RSS %s → %s at half time → %s at the end (peak %s); live heap %s → %s → %s\n",
+			s.pid, role, len(s.samples), span(s).Round(time.Second),
+			mib(first.rss), mib(mid.rss), mib(last.rss), mib(peak), mib(first.heap), mib(mid.heap), mib(last.heap))
+		if s != long && s.pid != leader {
+			continue
+		}
+		out, err := exec.Command("go", "tool", "pprof", "-top", "-sample_index=inuse_space", "-diff_base="+s.first, s.latest).CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(&b, "  heap profile difference: %v\n", err)
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		for i, l := range lines {
+			if strings.HasPrefix(strings.TrimSpace(l), "flat") {
+				lines = lines[i:min(len(lines), i+11)]
+				break
+			}
+		}
+		fmt.Fprintf(&b, "  heap profile, latest less first (inuse_space):\n  %s\n", strings.Join(lines, "\n  "))
 	}
-	return short, b.String()
+	return short, strings.TrimSuffix(b.String(), "\n")
 }
 
 // vmRSS is the resident set of pid, in bytes.

@@ -100,31 +100,45 @@ type window struct{ from, to time.Time }
 // re-login on a draining pod, and every drain as it should be.
 func assertUsersKeptEverything(t *testing.T, clients *Clients, obs *Observer, maxInFlight int, fencing ...window) {
 	t.Helper()
-	var inWindow, outside int
+	assertUsersSaw(t, clients, maxInFlight, fencing)
+	assertDrains(t, clients.env, obs)
+}
+
+// misroutes counts the misrouted requests inside one of windows and
+// outside all of them.
+func misroutes(clients *Clients, windows []window) (in, outside int) {
 	for _, at := range clients.MisrouteTimes() {
-		in := false
-		for _, w := range fencing {
-			in = in || (!at.Before(w.from) && !at.After(w.to))
+		inside := false
+		for _, w := range windows {
+			inside = inside || (!at.Before(w.from) && !at.After(w.to))
 		}
-		if in {
-			inWindow++
+		if inside {
+			in++
 		} else {
 			outside++
 		}
 	}
+	return in, outside
+}
+
+// assertUsersSaw is the users' side of assertUsersKeptEverything, for
+// HAProxy instances and ingress replicas alike.
+func assertUsersSaw(t *testing.T, clients *Clients, maxInFlight int, windows []window) {
+	t.Helper()
+	inWindow, outside := misroutes(clients, windows)
 	s := clients.Stats()
-	t.Logf("clients: %+v; misrouted in a fencing window: %d", s, inWindow)
+	t.Logf("clients: %+v; misrouted in a fault's window: %d", s, inWindow)
 	for _, p := range clients.Problems() {
 		t.Logf("problem: %s", p)
 	}
 	if s.Errors != 0 || outside != 0 {
-		t.Errorf("%d failed requests, %d sessions lost to a misroute outside any fencing window", s.Errors, outside)
+		t.Errorf("%d failed requests, %d sessions lost to a misroute outside any fault's window", s.Errors, outside)
 	}
 	if lost := s.Sessions - s.SessionsKept; lost > inWindow {
-		t.Errorf("sessions: %d ended, %d kept: more lost than the %d requests misrouted in a fencing window", s.Sessions, s.SessionsKept, inWindow)
+		t.Errorf("sessions: %d ended, %d kept: more lost than the %d requests misrouted in a fault's window", s.Sessions, s.SessionsKept, inWindow)
 	}
 	if s.NewOnDraining != 0 || s.ReloginsOnDraining != 0 {
-		t.Errorf("%d new sessions and %d re-logins landed on a draining pod", s.NewOnDraining, s.ReloginsOnDraining)
+		t.Errorf("%d new sessions and %d re-logins landed on a pod the load balancer that served them had drained", s.NewOnDraining, s.ReloginsOnDraining)
 	}
 	if s.InFlightAtKill > maxInFlight {
 		t.Errorf("%d requests failed in flight through a killed process; want at most %d", s.InFlightAtKill, maxInFlight)
@@ -132,9 +146,8 @@ func assertUsersKeptEverything(t *testing.T, clients *Clients, obs *Observer, ma
 	// A Service with no ready endpoint sends nothing: the front failing
 	// open would hide an outage of every instance.
 	if fo := clients.env.Front.FailOpens(); fo > 0 {
-		t.Errorf("%d connections went out with no HAProxy instance ready (an outage of the load balancer, which the front's fail-open hid)", fo)
+		t.Errorf("%d connections went out with no load balancer ready (an outage, which the front's fail-open hid)", fo)
 	}
-	assertDrains(t, clients.env, obs)
 }
 
 // assertDrains: every old pod drained on every instance in rotation,

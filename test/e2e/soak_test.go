@@ -455,7 +455,6 @@ func ingressSoakFaults(ctx context.Context, env *Env, rng *rand.Rand, async func
 	// One fault at a time on the replicas (a crash replaces the first; a
 	// partition cuts one): until busy, neither is injected.
 	var busy time.Time
-	var webhookBusy time.Time
 	reloads := 0
 	return []soakFault{
 		{"ingress-crash", func() error {
@@ -489,13 +488,11 @@ func ingressSoakFaults(ctx context.Context, env *Env, rng *rand.Rand, async func
 			return nil
 		}},
 		{"webhook-outage", func() error {
-			if time.Now().Before(webhookBusy) {
-				return errSkip
-			}
-			webhookBusy = time.Now().Add(5 * time.Second)
+			// Here, not in a goroutine: the next outage must not stop the
+			// webhook while this one's restart is under way.
 			env.StopWebhook()
-			async(func() error { time.Sleep(3 * time.Second); return env.RestartWebhook(ctx) })
-			return nil
+			time.Sleep(3 * time.Second)
+			return env.RestartWebhook(ctx)
 		}},
 	}
 }

@@ -47,8 +47,9 @@ import (
 // evenly (default: 40 s per flavour); STICKYDRAIN_SOAK_SEED the faults'
 // order (default: the clock); STICKYDRAIN_SOAK_FLAVOURS the flavours, by
 // name, comma-separated (default: every one); STICKYDRAIN_SOAK_SHARD=k/n
-// every n-th of them from the k-th; STICKYDRAIN_SOAK_TABLE a file to write
-// the table to (Markdown).
+// every n-th of them from the k-th; STICKYDRAIN_SOAK_FAULTS the faults
+// injected, by name (default: every one of the flavour);
+// STICKYDRAIN_SOAK_TABLE a file to write the table to (Markdown).
 var errSkip = errors.New("not injected now")
 
 // soakTarget is one flavour of the rotation: an HAProxy version and mode
@@ -262,6 +263,9 @@ func soakOne(t *testing.T, target soakTarget, d time.Duration, rng *rand.Rand) s
 		faults = ingressSoakFaults(ctx, env, rng, async, &windows)
 	}
 	faults = append(faults, podSoakFaults(ctx, env, rng, async)...)
+	if faults, err = onlyFaults(faults, os.Getenv("STICKYDRAIN_SOAK_FAULTS")); err != nil {
+		t.Fatal(err)
+	}
 
 	type record struct {
 		name string
@@ -413,6 +417,28 @@ func haproxySoakFaults(ctx context.Context, env *Env, rng *rand.Rand, async func
 		}},
 		{"nginx-plus-restart", func() error { env.NGINXPlus[rng.IntN(len(env.NGINXPlus))].Restart(); return nil }},
 	}
+}
+
+// onlyFaults keeps the faults names lists (comma-separated; all when
+// empty): a soak without leader kills, say, keeps one controller process
+// for its whole length, to follow its memory.
+func onlyFaults(faults []soakFault, names string) ([]soakFault, error) {
+	if strings.TrimSpace(names) == "" {
+		return faults, nil
+	}
+	var out []soakFault
+	var known []string
+	for _, f := range faults {
+		known = append(known, f.name)
+	}
+	for _, n := range strings.Split(names, ",") {
+		i := slices.Index(known, strings.TrimSpace(n))
+		if i < 0 {
+			return nil, fmt.Errorf("STICKYDRAIN_SOAK_FAULTS: %q is not a fault of this flavour; want a comma-separated list of %s", n, strings.Join(known, ", "))
+		}
+		out = append(out, faults[i])
+	}
+	return out, nil
 }
 
 // podSoakFaults take pods away as users' clusters do, on every flavour:

@@ -160,15 +160,18 @@ func (w *MemoryWatch) Report(leader int) (short, detail string) {
 		if s != long && s.pid != leader {
 			continue
 		}
-		out, err := exec.Command("go", "tool", "pprof", "-top", "-sample_index=inuse_space", "-diff_base="+s.first, s.latest).CombinedOutput()
+		// -nodefraction=0: growth spread over many small places is each
+		// under pprof's default 0.5 % of the total, and left out (the
+		// first runs printed no rows at all).
+		out, err := exec.Command("go", "tool", "pprof", "-top", "-nodefraction=0", "-nodecount=12", "-sample_index=inuse_space", "-diff_base="+s.first, s.latest).CombinedOutput()
 		if err != nil {
 			fmt.Fprintf(&b, "  heap profile difference: %v\n", err)
 			continue
 		}
 		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 		for i, l := range lines {
-			if strings.HasPrefix(strings.TrimSpace(l), "flat") {
-				lines = lines[i:min(len(lines), i+11)]
+			if strings.HasPrefix(l, "Showing nodes") {
+				lines = lines[i:min(len(lines), i+14)]
 				break
 			}
 		}

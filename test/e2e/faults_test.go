@@ -215,14 +215,7 @@ func usersAndRollout(t *testing.T, ctx context.Context, env *Env) (*Clients, *Ob
 	if err := env.Rollout(ctx, "v2"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "an old pod draining", func() bool {
-		for _, r := range obs.Records() {
-			if !r.Drained.IsZero() && r.Gone.IsZero() {
-				return true
-			}
-		}
-		return false
-	})
+	waitUntil(t, ctx, "an old pod draining", obs.AnyDraining)
 	return clients, obs
 }
 

@@ -71,14 +71,7 @@ func ingressScenario(t *testing.T, kind Ingress) {
 		t.Fatal(err)
 	}
 	t.Logf("%s webhook back after %d refused pod creations", stamp(), env.refusedCreates(ctx))
-	waitUntil(t, ctx, "an old pod draining", func() bool {
-		for _, r := range obs.Records() {
-			if !r.Drained.IsZero() && r.Gone.IsZero() {
-				return true
-			}
-		}
-		return false
-	})
+	waitUntil(t, ctx, "an old pod draining", obs.AnyDraining)
 	// An ingress replica crashing during a drain, then a reload of every
 	// replica.
 	t.Logf("%s killing an ingress replica", stamp())

@@ -765,6 +765,17 @@ func (o *Observer) TerminatingBefore(pod string, t time.Time) bool {
 	return r != nil && r.Seen.Before(t)
 }
 
+// AnyDraining reports whether a pod is draining now: drained and not
+// gone yet.
+func (o *Observer) AnyDraining() bool {
+	for _, r := range o.Records() {
+		if !r.Drained.IsZero() && r.Gone.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
 // Records returns the drains observed, by deletion time.
 func (o *Observer) Records() []DrainRecord {
 	o.mu.Lock()

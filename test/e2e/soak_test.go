@@ -78,20 +78,27 @@ func soakTargets(vs []haproxytest.Version, names string) ([]soakTarget, error) {
 		}
 	}
 	all = append(all, soakTarget{Ingress: HAProxyIngress}, soakTarget{Ingress: Traefik})
+	return pickNamed(all, soakTarget.Name, names, "STICKYDRAIN_SOAK_FLAVOURS", "a flavour here")
+}
+
+// pickNamed is the items whose names are listed in names
+// (comma-separated, in that order; every item when empty), or an error
+// naming the variable env, the unknown name and the accepted ones.
+func pickNamed[T any](items []T, name func(T) string, names, env, what string) ([]T, error) {
 	if strings.TrimSpace(names) == "" {
-		return all, nil
+		return items, nil
 	}
 	var known []string
-	for _, s := range all {
-		known = append(known, s.Name())
+	for _, it := range items {
+		known = append(known, name(it))
 	}
-	var out []soakTarget
+	var out []T
 	for _, n := range strings.Split(names, ",") {
 		i := slices.Index(known, strings.TrimSpace(n))
 		if i < 0 {
-			return nil, fmt.Errorf("STICKYDRAIN_SOAK_FLAVOURS: %q is not a flavour here; want a comma-separated list of %s", n, strings.Join(known, ", "))
+			return nil, fmt.Errorf("%s: %q is not %s; want a comma-separated list of %s", env, n, what, strings.Join(known, ", "))
 		}
-		out = append(out, all[i])
+		out = append(out, items[i])
 	}
 	return out, nil
 }
@@ -423,22 +430,7 @@ func haproxySoakFaults(ctx context.Context, env *Env, rng *rand.Rand, async func
 // empty): a soak without leader kills, say, keeps one controller process
 // for its whole length, to follow its memory.
 func onlyFaults(faults []soakFault, names string) ([]soakFault, error) {
-	if strings.TrimSpace(names) == "" {
-		return faults, nil
-	}
-	var out []soakFault
-	var known []string
-	for _, f := range faults {
-		known = append(known, f.name)
-	}
-	for _, n := range strings.Split(names, ",") {
-		i := slices.Index(known, strings.TrimSpace(n))
-		if i < 0 {
-			return nil, fmt.Errorf("STICKYDRAIN_SOAK_FAULTS: %q is not a fault of this flavour; want a comma-separated list of %s", n, strings.Join(known, ", "))
-		}
-		out = append(out, faults[i])
-	}
-	return out, nil
+	return pickNamed(faults, func(f soakFault) string { return f.name }, names, "STICKYDRAIN_SOAK_FAULTS", "a fault of this flavour")
 }
 
 // podSoakFaults take pods away as users' clusters do, on every flavour:

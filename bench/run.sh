@@ -37,6 +37,33 @@ git diff --quiet HEAD -- . ':!bench/results.md' 2>/dev/null || dirty=" (with unc
 	read -r steal1 total1 < <(steal)
 	echo "- CPU time stolen by the hypervisor during the run: $(awk -v s=$((steal1 - steal0)) -v t=$((total1 - total0)) 'BEGIN { printf "%.1f %%", t ? 100 * s / t : 0 }')"
 	echo "- machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(go version | cut -d' ' -f3-4)"
+	# The ratio tables of the system sections, first: each figure against
+	# its floor or its peer, measured in the same run.
+	ratios="$(for b in admission propagation scale; do
+		[ -f "$sys/$b.md" ] || continue
+		awk -v bench="$b" '
+		/^\| .* \| ratio \| goal \|$/ { n = split($0, h, " \\| "); against = h[3]; inside = 1; next }
+		inside && /^\|---/ { next }
+		inside && /^\| / {
+			sub(/^\| /, ""); sub(/ \|$/, ""); split($0, c, " \\| ")
+			r = c[4]; g = c[5]; sub(/×$/, "", r); sub(/^≤ /, "", g); sub(/×$/, "", g)
+			met = "—"
+			if (r ~ /^[0-9.]+$/ && g ~ /^[0-9.]+$/) met = (r + 0 <= g + 0) ? "yes" : "**no**"
+			printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", bench, c[1], c[2], against, c[3], c[4], c[5], met
+			next
+		}
+		{ inside = 0 }' "$sys/$b.md"
+	done)"
+	if [ -n "$ratios" ]; then
+		echo
+		echo "## Ratios: each figure against its floor or its peer, in the same run"
+		echo
+		echo "The absolute tables follow in each section, with the CPU the host stole during each run."
+		echo
+		echo "| benchmark | figure | stickydrain | against | its figure | ratio | goal | met |"
+		echo "|---|---|---|---|---|---|---|---|"
+		echo "$ratios"
+	fi
 	echo
 	echo "| benchmark | what | time/op | bytes/op | allocs/op | other |"
 	echo "|---|---|---|---|---|---|"

@@ -122,7 +122,7 @@ func servers(t *testing.T, h *haproxytest.HAProxy) map[netip.AddrPort]plan.State
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := i.Servers(context.Background(), "shop")
+	got, err := i.Observe(context.Background(), "shop")
 	if err != nil {
 		return nil
 	}
@@ -536,7 +536,7 @@ resync: 10m
 				return false
 			}
 			inst, _ := haproxy.New("tcp://"+lp.Status.PodIP+":9999", time.Second)
-			got, err := inst.Servers(ctx, "shop")
+			got, err := inst.Observe(ctx, "shop")
 			if err != nil || len(got) != 2 {
 				return false
 			}

@@ -16,10 +16,14 @@ type Instance interface {
 	// ID names the instance in logs and events (its address).
 	ID() string
 	// Servers reads the upstream's servers as the instance has them now.
+	// It begins a pass, which the Apply that follows ends: until then the
+	// instance may hold what the read leaves for the Apply (HAProxy: the
+	// connection to the process it read).
 	Servers(ctx context.Context, upstream string) (map[netip.AddrPort]plan.State, error)
 	// Apply makes the changes server by server, never rewriting the whole
 	// list. It returns one error per change, nil where it succeeded, and
-	// keeps going after a failure.
+	// keeps going after a failure. It ends the upstream's pass, even with
+	// no changes.
 	Apply(ctx context.Context, upstream string, changes []plan.Change) []error
 }
 

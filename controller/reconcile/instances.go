@@ -18,14 +18,14 @@ import (
 func (r *Reconciler) instancesOf(ctx context.Context, lb *config.LoadBalancer) ([]backend.Instance, error) {
 	addrs := lb.Instances.Static
 	if s := lb.Instances.Service; s != nil {
-		var slices discoveryv1.EndpointSliceList
-		if err := r.Client.List(ctx, &slices, client.InNamespace(s.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: s.Name}); err != nil {
+		slices, err := r.slicesOf(ctx, s.Namespace, s.Name)
+		if err != nil {
 			return nil, err
 		}
 		// Every endpoint, ready or not, terminating or not: a new replica is
 		// filled before it may become ready, and one that is shutting down
 		// still serves its open connections.
-		eps, err := endpoints.Desired(slices.Items, s.Port, endpoints.Options{DrainNotReady: true, KeepDrainingWhenNotServing: true})
+		eps, err := endpoints.Desired(slices, s.Port, endpoints.Options{DrainNotReady: true, KeepDrainingWhenNotServing: true})
 		if err != nil {
 			return nil, fmt.Errorf("load balancer %s: instances of Service %s/%s: %w", lb.Name, s.Namespace, s.Name, err)
 		}
@@ -40,4 +40,14 @@ func (r *Reconciler) instancesOf(ctx context.Context, lb *config.LoadBalancer) (
 		sort.Strings(addrs)
 	}
 	return r.pool.get(addrs, func(a string) (backend.Instance, error) { return r.Drivers.New(*lb, a, r.InstanceLog) })
+}
+
+// slicesOf lists the EndpointSlices of the Service namespace/name from the
+// cache, through its index.
+func (r *Reconciler) slicesOf(ctx context.Context, namespace, name string) ([]discoveryv1.EndpointSlice, error) {
+	var list discoveryv1.EndpointSliceList
+	if err := r.Client.List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{indexService: name}); err != nil {
+		return nil, fmt.Errorf("listing the EndpointSlices of %s/%s: %w", namespace, name, err)
+	}
+	return list.Items, nil
 }

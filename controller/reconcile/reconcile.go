@@ -106,6 +106,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Service{}, indexUpstream, byUpstream); err != nil {
 		return fmt.Errorf("indexing Services by upstream: %w", err)
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &discoveryv1.EndpointSlice{}, indexService, func(o client.Object) []string {
+		if name := o.GetLabels()[discoveryv1.LabelServiceName]; name != "" {
+			return []string{name}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing EndpointSlices by Service: %w", err)
+	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Service{}, indexLB, func(o client.Object) []string {
 		var lbs []string
 		for _, k := range upstreamKeys(o.GetAnnotations()[api.AnnotationUpstreams]) {
@@ -236,11 +244,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	held := r.release(ctx, policy, key, &svc, owned, refused)
 	// Desired: its endpoints' states.
-	var slices discoveryv1.EndpointSliceList
-	if err := r.Client.List(ctx, &slices, client.InNamespace(svc.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
+	slices, err := r.slicesOf(ctx, svc.Namespace, svc.Name)
+	if err != nil {
 		return ctrl.Result{}, err
 	}
-	desired, err := endpoints.Desired(slices.Items, svc.Annotations[api.AnnotationPort], endpoints.Options{
+	desired, err := endpoints.Desired(slices, svc.Annotations[api.AnnotationPort], endpoints.Options{
 		DrainNotReady: cfg.DrainNotReady, KeepDrainingWhenNotServing: cfg.KeepDrainingWhenNotServing,
 	})
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -68,11 +67,11 @@ func (r *Reconciler) Revoked(ctx context.Context, next *config.Config) ([]Revoca
 			continue // mapped onto nothing today
 		}
 		key := client.ObjectKeyFromObject(svc)
-		var sl discoveryv1.EndpointSliceList
-		if err := r.Client.List(ctx, &sl, client.InNamespace(svc.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
-			return nil, fmt.Errorf("listing the EndpointSlices of %s: %w", key, err)
+		sl, err := r.slicesOf(ctx, svc.Namespace, svc.Name)
+		if err != nil {
+			return nil, err
 		}
-		desired, err := endpoints.Desired(sl.Items, svc.Annotations[api.AnnotationPort], endpoints.Options{
+		desired, err := endpoints.Desired(sl, svc.Annotations[api.AnnotationPort], endpoints.Options{
 			DrainNotReady: cur.DrainNotReady, KeepDrainingWhenNotServing: cur.KeepDrainingWhenNotServing,
 		})
 		if err != nil || len(desired) == 0 {

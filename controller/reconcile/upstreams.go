@@ -51,6 +51,11 @@ func ParseUpstreams(v string, cfg *config.Config) ([]upstreamRef, error) {
 const (
 	indexUpstream = "stickydrain.io/upstream"
 	indexLB       = "stickydrain.io/lb"
+	// indexService indexes EndpointSlices by the Service they belong to
+	// (their kubernetes.io/service-name label): a pass reads its own
+	// Service's few slices, not every slice of the namespace through a
+	// label match.
+	indexService = "stickydrain.io/service"
 )
 
 // byUpstream indexes a Service by each "<lb>/<upstream>" it maps.

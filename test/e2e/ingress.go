@@ -371,7 +371,7 @@ func (ip *ingressProxy) view(ctx context.Context) (map[netip.AddrPort]plan.State
 		if err != nil {
 			return nil, err
 		}
-		states, err := inst.Servers(ctx, backend)
+		states, err := inst.Observe(ctx, backend)
 		if err != nil {
 			return nil, err
 		}

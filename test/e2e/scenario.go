@@ -820,7 +820,7 @@ func (e *Env) views(ctx context.Context, serving bool) []view {
 			continue
 		}
 		inst, _ := haproxy.New(h.Address(), time.Second)
-		st, err := inst.Servers(ctx, "shop")
+		st, err := inst.Observe(ctx, "shop")
 		if err != nil && serving {
 			return nil
 		}

@@ -100,9 +100,10 @@ func (j *journal) counts(prefix string) (requests, commands int) {
 }
 
 // runtimeProxy forwards the HAProxy Runtime API from a socket of its own
-// to the instance's, recording each connection (one request, several
-// commands), each `set server B/S state S` it carried (op S) and each
-// `show servers state B` (op "read").
+// to the instance's, recording each connection (one request, however many
+// commands: one line, or an interactive session's lines), each
+// `set server B/S state S` it carried (op S) and each
+// `show servers state B` (op "read"), at the time its answer came back.
 func runtimeProxy(ctx context.Context, j *journal, name, listen, target string) error {
 	_ = os.Remove(listen)
 	ln, err := net.Listen("unix", listen)
@@ -116,38 +117,94 @@ func runtimeProxy(ctx context.Context, j *journal, name, listen, target string) 
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				up, err := net.Dial("unix", target)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				line, err := bufio.NewReader(c).ReadString('\n')
-				if err != nil && !errors.Is(err, io.EOF) {
-					return
-				}
-				if _, err := up.Write([]byte(line)); err != nil {
-					return
-				}
-				_, _ = io.Copy(c, up) // HAProxy closes after answering a non-interactive request
-				at := time.Now()
-				cmds := strings.Split(strings.TrimSpace(line), ";")
-				var cs []change
-				for _, cmd := range cmds {
-					f := strings.Fields(cmd)
-					switch {
-					case len(f) == 5 && f[0] == "set" && f[1] == "server" && f[3] == "state":
-						be, _, _ := strings.Cut(f[2], "/")
-						cs = append(cs, change{instance: name, upstream: be, op: f[4], at: at})
-					case len(f) == 4 && f[0] == "show" && f[1] == "servers" && f[2] == "state":
-						cs = append(cs, change{instance: name, upstream: f[3], op: "read", at: at})
-					}
-				}
-				j.record(livenessKey(name, strings.HasPrefix(line, "show info") || strings.HasPrefix(line, "set map")), len(cmds), cs...)
-			}()
+			go relayRuntimeAPI(j, name, c, target)
 		}
 	}()
+	return nil
+}
+
+// relayRuntimeAPI carries one client connection to the instance at target:
+// a single line, answered until HAProxy closes, or, once the client sent
+// `prompt`, line after line, each answered up to its prompts.
+func relayRuntimeAPI(j *journal, name string, c net.Conn, target string) {
+	defer c.Close()
+	up, err := net.Dial("unix", target)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	in, answers := bufio.NewReader(c), bufio.NewReader(up)
+	interactive, liveness := false, false
+	cmds := 0
+	var cs []change
+	for first := true; ; first = false {
+		line, err := in.ReadString('\n')
+		if line == "" || err != nil && !errors.Is(err, io.EOF) {
+			break
+		}
+		if _, err := up.Write([]byte(line)); err != nil {
+			break
+		}
+		text := strings.TrimSpace(line)
+		if first {
+			liveness = strings.HasPrefix(text, "show info") || strings.HasPrefix(text, "set map")
+		}
+		parts := strings.Split(text, ";")
+		switch {
+		case text == "prompt" && !interactive:
+			interactive = true
+			if copyPrompts(c, answers, 1) != nil {
+				return
+			}
+			continue
+		case interactive:
+			if copyPrompts(c, answers, len(parts)) != nil {
+				return
+			}
+		default:
+			_, _ = io.Copy(c, answers) // HAProxy closes after answering a non-interactive request
+		}
+		at := time.Now()
+		cmds += len(parts)
+		for _, cmd := range parts {
+			f := strings.Fields(cmd)
+			switch {
+			case len(f) == 5 && f[0] == "set" && f[1] == "server" && f[3] == "state":
+				be, _, _ := strings.Cut(f[2], "/")
+				cs = append(cs, change{instance: name, upstream: be, op: f[4], at: at})
+			case len(f) == 4 && f[0] == "show" && f[1] == "servers" && f[2] == "state":
+				cs = append(cs, change{instance: name, upstream: f[3], op: "read", at: at})
+			}
+		}
+		if !interactive {
+			break
+		}
+	}
+	if cmds > 0 {
+		j.record(livenessKey(name, liveness), cmds, cs...)
+	}
+}
+
+// copyPrompts copies an interactive session's answers from r to w until n
+// prompts ("\n> ", which ends each answer) went through.
+func copyPrompts(w io.Writer, r *bufio.Reader, n int) error {
+	var last [2]byte
+	buf := make([]byte, 32<<10)
+	for n > 0 {
+		k, err := r.Read(buf)
+		for _, b := range buf[:k] {
+			if b == ' ' && last == [2]byte{'\n', '>'} {
+				n--
+			}
+			last = [2]byte{last[1], b}
+		}
+		if _, werr := w.Write(buf[:k]); werr != nil {
+			return werr
+		}
+		if err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

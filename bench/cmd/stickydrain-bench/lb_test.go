@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // The recorder is what the propagation and scale figures are read from:
@@ -25,9 +26,18 @@ func TestRuntimeProxyRecordsDrainsAndReads(t *testing.T) {
 			if err != nil {
 				return
 			}
-			_, _ = bufio.NewReader(c).ReadString('\n')
-			_, _ = c.Write([]byte("\n\n"))
-			c.Close()
+			go func() { // HAProxy's two modes: one line, or `prompt` and then lines
+				defer c.Close()
+				r := bufio.NewReader(c)
+				line, _ := r.ReadString('\n')
+				if line != "prompt\n" {
+					_, _ = c.Write([]byte("\n\n"))
+					return
+				}
+				for ; err == nil; line, err = r.ReadString('\n') {
+					_, _ = c.Write([]byte("1\n# be_id\n\n> ")) // the same answer to any command
+				}
+			}()
 		}
 	}()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -61,5 +71,37 @@ func TestRuntimeProxyRecordsDrainsAndReads(t *testing.T) {
 	}
 	if req, cmds := j.counts("haproxy"); req != 2 || cmds != 3 {
 		t.Errorf("%d connections and %d commands recorded, want 2 and 3", req, cmds)
+	}
+
+	// An interactive session (the controller's pass): its read and its
+	// drain on one connection, each recorded once its answer is through.
+	j.reset()
+	c, err := net.Dial("unix", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	for _, line := range []string{"prompt", "show servers state svc-2", "set server svc-2/pod1 state drain"} {
+		if _, err := c.Write([]byte(line + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.ReadString('>'); err != nil {
+			t.Fatalf("no prompt after %q: %v", line, err)
+		}
+	}
+	c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		req, cmds := j.counts("haproxy")
+		if req == 1 && cmds == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("an interactive session: %d connections and %d commands recorded, want 1 and 2", req, cmds)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, ok := j.firstDrain("svc-2")["haproxy-0"]; !ok {
+		t.Errorf("the drain of svc-2 in an interactive session was not recorded: %+v", j.changes)
 	}
 }

@@ -263,12 +263,17 @@ resync: 10m
 		fromTerm, fromDelete map[string][]time.Duration // lb → delays
 		requests, commands   map[string]int
 		changes              int
+		steal                float64 // the machine's CPU stolen by the host during the run
 	}
 	// measure deletes one pod of each of svcs (at once, or one every gap)
-	// and waits until each drain is confirmed on both instances of each
-	// of lbs, as drained by who.
-	measure := func(label string, svcs []int, gap time.Duration, lbs []string, who string) (result, error) {
+	// and waits until each drain is confirmed on the perLB instances of
+	// each of lbs, as drained by who.
+	measure := func(label string, svcs []int, gap time.Duration, lbs []string, perLB int, who string) (result, error) {
 		j.reset()
+		s0, err := readCPUStat()
+		if err != nil {
+			return result{}, err
+		}
 		r := result{label: label, fromTerm: map[string][]time.Duration{}, fromDelete: map[string][]time.Duration{}, requests: map[string]int{}, commands: map[string]int{}, changes: len(svcs)}
 		deleted := make([]time.Time, len(svcs))
 		var wg sync.WaitGroup
@@ -293,7 +298,7 @@ resync: 10m
 		for {
 			done := 0
 			for _, i := range svcs {
-				if len(j.firstDrain(svcName(i))) == 2*len(lbs) {
+				if len(j.firstDrain(svcName(i))) == perLB*len(lbs) {
 					done++
 				}
 			}
@@ -301,7 +306,7 @@ resync: 10m
 				break
 			}
 			if time.Now().After(deadline) {
-				return r, fmt.Errorf("%s: %d of %d drains applied on all %d instances after 2 minutes (%s)", label, done, len(svcs), 2*len(lbs), who)
+				return r, fmt.Errorf("%s: %d of %d drains applied on all %d instances after 2 minutes (%s)", label, done, len(svcs), perLB*len(lbs), who)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -328,6 +333,11 @@ resync: 10m
 		for _, lb := range lbs {
 			r.requests[lb], r.commands[lb] = j.counts(lb)
 		}
+		s1, err := readCPUStat()
+		if err != nil {
+			return r, err
+		}
+		r.steal = s1.stealSince(s0)
 		return r, nil
 	}
 	// Four tenths of the Services, a tenth for each run: the burst and the
@@ -349,12 +359,12 @@ resync: 10m
 		go profile(pprofAddr, 8*time.Second+time.Duration(tenth)*100*time.Millisecond, "bench/controller-cpu-propagation.prof")
 	}
 	logf("propagation: burst of %d deletions", tenth)
-	burst, err := measure(burstLabel, tenthOf(0), 0, both, ctlWho)
+	burst, err := measure(burstLabel, tenthOf(0), 0, both, 2, ctlWho)
 	if err != nil {
 		return "", err
 	}
 	logf("propagation: trickle of %d deletions, one every 100 ms", tenth)
-	trickle, err := measure(trickleLabel, tenthOf(1), 100*time.Millisecond, both, ctlWho)
+	trickle, err := measure(trickleLabel, tenthOf(1), 100*time.Millisecond, both, 2, ctlWho)
 	if err != nil {
 		return "", err
 	}
@@ -373,12 +383,42 @@ resync: 10m
 	defer floor.Stop()
 	floorWho := "floor-drainer log " + floor.Log
 	logf("propagation: the floor drainer, burst of %d deletions", tenth)
-	floorBurst, err := measure(burstLabel, tenthOf(2), 0, []string{"haproxy"}, floorWho)
+	floorBurst, err := measure(burstLabel, tenthOf(2), 0, []string{"haproxy"}, 2, floorWho)
 	if err != nil {
 		return "", err
 	}
 	logf("propagation: the floor drainer, trickle of %d deletions", tenth)
-	floorTrickle, err := measure(trickleLabel, tenthOf(3), 100*time.Millisecond, []string{"haproxy"}, floorWho)
+	floorTrickle, err := measure(trickleLabel, tenthOf(3), 100*time.Millisecond, []string{"haproxy"}, 2, floorWho)
+	if err != nil {
+		return "", err
+	}
+
+	// The peer: the floor stopped, haproxy-ingress (one replica, its own
+	// defaults) serving every Service through an Ingress, on two more
+	// tenths; its drains seen by polling its HAProxy.
+	floor.Stop()
+	logf("propagation: starting the peer, %s, with an Ingress for each of the %d Services", peerName, propServices)
+	peerStart := time.Now()
+	peer, err := startIngressPeer(ctx, c, cs, dir, logf, propServices)
+	if err != nil {
+		return "", err
+	}
+	defer peer.stop()
+	peerSynced := time.Since(peerStart)
+	peerWho := peerName + " log " + peer.log
+	peerRun := func(label string, k int, gap time.Duration) (result, error) {
+		wctx, stop := context.WithCancel(runCtx)
+		defer stop()
+		go peer.watchDrains(wctx, j, tenthOf(k))
+		return measure(label, tenthOf(k), gap, []string{"ingress"}, 1, peerWho)
+	}
+	logf("propagation: %s %s holds every Service's pods after %v; burst of %d deletions", peerName, peer.Version, peerSynced.Round(time.Second), tenth)
+	peerBurst, err := peerRun(burstLabel, 4, 0)
+	if err != nil {
+		return "", err
+	}
+	logf("propagation: %s, trickle of %d deletions", peerName, tenth)
+	peerTrickle, err := peerRun(trickleLabel, 5, 100*time.Millisecond)
 	if err != nil {
 		return "", err
 	}
@@ -392,17 +432,40 @@ resync: 10m
 		ratios.add(rr.name+", endpoint terminating → drained on every instance, p50", ms(o.P50), ms(b.P50), ratio(o.P50, b.P50), fmt.Sprintf("≤ %.1f×", rr.goal))
 		ratios.add(rr.name+", p99", ms(o.P99), ms(b.P99), ratio(o.P99, b.P99), fmt.Sprintf("≤ %.1f×", rr.goal))
 	}
+	peerRatios := table{head: []string{"figure", "stickydrain (HAProxy 2.6, 2 instances)", fmt.Sprintf("peer: %s %s (1 replica)", peerName, peer.Version), "ratio", "goal"}}
+	for _, rr := range []struct {
+		name       string
+		ours, base result
+	}{{"burst", burst, peerBurst}, {"trickle", trickle, peerTrickle}} {
+		o, b := summarise(rr.ours.fromTerm["haproxy"]), summarise(rr.base.fromTerm["ingress"])
+		peerRatios.add(rr.name+", endpoint terminating → drained on every instance, p50", ms(o.P50), ms(b.P50), ratio(o.P50, b.P50), "")
+		peerRatios.add(rr.name+", p99", ms(o.P99), ms(b.P99), ratio(o.P99, b.P99), "≤ 0.5×")
+	}
 
-	t := table{head: []string{"run", "load balancer", "endpoint terminating → drained on every instance: p50", "p99", "max", "pod deletion → drained: p50", "p99", "API requests per drain per instance"}}
-	for _, r := range []result{burst, trickle} {
-		for _, lb := range both {
+	t := table{head: []string{"run", "drained by", "load balancer", "endpoint terminating → drained on every instance: p50", "p99", "max", "pod deletion → drained: p50", "p99", "API requests per drain per instance", "CPU stolen by the host"}}
+	for _, rr := range []struct {
+		r      result
+		by     string
+		lbs    []string
+		perLB  int
+		polled bool
+	}{
+		{burst, "stickydrain", both, 2, false}, {trickle, "stickydrain", both, 2, false},
+		{floorBurst, "floor", []string{"haproxy"}, 2, false}, {floorTrickle, "floor", []string{"haproxy"}, 2, false},
+		{peerBurst, peerName + " " + peer.Version, []string{"ingress"}, 1, true}, {peerTrickle, peerName + " " + peer.Version, []string{"ingress"}, 1, true},
+	} {
+		r := rr.r
+		for _, lb := range rr.lbs {
 			a, b := summarise(r.fromTerm[lb]), summarise(r.fromDelete[lb])
-			name := map[string]string{"haproxy": "HAProxy 2.6 (2 instances)", "plus": "NGINX Plus API **emulator** (2 instances)"}[lb]
-			per := fmt.Sprintf("%.2f", float64(r.requests[lb])/float64(2*r.changes))
-			if lb == "haproxy" {
-				per += fmt.Sprintf(" connections (%.2f commands)", float64(r.commands[lb])/float64(2*r.changes))
+			name := map[string]string{"haproxy": "HAProxy 2.6 (2 instances)", "plus": "NGINX Plus API **emulator** (2 instances)", "ingress": "its HAProxy 2.6 (1 replica)"}[lb]
+			per := "n/a (polled)"
+			if !rr.polled {
+				per = fmt.Sprintf("%.2f", float64(r.requests[lb])/float64(rr.perLB*r.changes))
+				if lb == "haproxy" {
+					per += fmt.Sprintf(" connections (%.2f commands)", float64(r.commands[lb])/float64(rr.perLB*r.changes))
+				}
 			}
-			t.add(r.label, name, ms(a.P50), ms(a.P99), ms(a.Max), ms(b.P50), ms(b.P99), per)
+			t.add(r.label, rr.by, name, ms(a.P50), ms(a.P99), ms(a.Max), ms(b.P50), ms(b.P99), per, fmt.Sprintf("%.1f %%", 100*r.steal))
 		}
 	}
 	var all []time.Duration
@@ -422,6 +485,16 @@ same run and the same two HAProxy instances through the same recorders. The cont
 the two NGINX Plus API emulators in the same passes; the floor does not.
 
 %s
+Ratios to the peer, measured in this run: %s %s (built from source, test/peers), the ingress
+controller a user would pick instead to drain behind HAProxy, one replica with its drain support on
+and its own defaults (it updates HAProxy at most every 2 s, --rate-limit-update=0.5, after
+--wait-before-update=200ms), serving each of the %d Services through an Ingress of its own with
+cookie affinity; after the floor, the floor stopped, on two more tenths of the Services. Its drain
+(the pod's server at weight 0 or in drain) is seen by polling its HAProxy's Runtime API every
+5 ms, so each of its figures is late by up to one poll (a few ms); it synced every Service's pods
+%v after it started. The goal: ours at most half of its p99.
+
+%s
 %d Services × %d endpoints (%d pods made Running and Ready through the API; the real
 EndpointSlice controller publishes them, run with --kube-api-qps=500), each Service mapped onto an
 HAProxy backend and an NGINX Plus upstream; two HAProxy 2.6 instances and two NGINX Plus API
@@ -439,6 +512,6 @@ Goal: drain applied on every instance within 100 ms (p99) of the endpoint turnin
 at 10k endpoints. Over all four rows, p99 %s.
 
 Controller at the end: CPU %v in total, RSS %s (peak %s).
-`, ratios.String(), propServices, propPerSvc, propServices*propPerSvc, converged.Round(time.Second), ctlAfterSync.CPU.Round(time.Millisecond), mib(ctlAfterSync.RSS), mib(ctlAfterSync.HWM),
+`, ratios.String(), peerName, peer.Version, propServices, peerSynced.Round(time.Second), peerRatios.String(), propServices, propPerSvc, propServices*propPerSvc, converged.Round(time.Second), ctlAfterSync.CPU.Round(time.Millisecond), mib(ctlAfterSync.RSS), mib(ctlAfterSync.HWM),
 		t.String(), ms(summarise(all).P99), ctlEnd.CPU.Round(time.Millisecond), mib(ctlEnd.RSS), mib(ctlEnd.HWM)), nil
 }

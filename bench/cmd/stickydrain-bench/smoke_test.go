@@ -28,7 +28,7 @@ func TestEveryBenchmarkModeRuns(t *testing.T) {
 		{"propagation", func(ctx context.Context, dir string) (string, error) {
 			return propagation(ctx, dir, t.Logf, controllerRun{}, smokeSize, "")
 		}, []string{"burst: 2 pods deleted at once", "trickle", "floor: minimal drainer",
-			"| burst, endpoint terminating → drained on every instance, p50 |", "| trickle, p99 |"}},
+			"| burst, endpoint terminating → drained on every instance, p50 |", "| trickle, p99 |", "peer: haproxy-ingress"}},
 		{"scale", func(ctx context.Context, dir string) (string, error) {
 			return scale(ctx, dir, t.Logf, controllerRun{}, smokeSize)
 		}, []string{"| 500 |"}},

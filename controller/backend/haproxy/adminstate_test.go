@@ -93,7 +93,12 @@ func captureScene(t *testing.T, v haproxytest.Version) string {
 		t.Fatal(err)
 	}
 	// Address changes land a moment after their answer from 3.0.
-	if err := i.awaitAddrs(ctx, "shop", []addrWant{
+	sess, err := i.openSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.close()
+	if err := i.awaitAddrs(ctx, sess, "shop", []addrWant{
 		{0, "pod1", netip.MustParseAddrPort("127.0.0.1:8001")},
 		{0, "pod2", netip.MustParseAddrPort("127.0.0.1:8002")},
 		{0, "pod3", netip.MustParseAddrPort("127.0.0.1:8003")},

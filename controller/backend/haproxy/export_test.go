@@ -10,7 +10,7 @@ type SlotView struct {
 
 // SlotsForTest reads upstream's servers as a pass does (slots).
 func (h *Instance) SlotsForTest(ctx context.Context, upstream string) ([]SlotView, error) {
-	ss, err := h.slots(ctx, upstream)
+	ss, err := h.slots(ctx, h.run, upstream)
 	var out []SlotView
 	for _, s := range ss {
 		out = append(out, SlotView{Name: s.name, Free: s.free})

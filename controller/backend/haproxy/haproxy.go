@@ -62,10 +62,11 @@ type Instance struct {
 	unknown AdminState
 	// versionOK: the process was found recent enough for dynamic servers.
 	versionOK bool
-	// read holds the slots Servers last read of each backend, for the
-	// Apply of the same pass (which takes them): one Runtime API request
-	// fewer per pass. Apply without a fresh read reads them itself.
-	read map[string][]slot
+	// read holds what Servers last read of each backend, and the session
+	// it read it on, for the Apply of the same pass (which takes both):
+	// the pass's changes go to the process it read, on one connection.
+	// Apply without a fresh read opens a session and reads itself.
+	read map[string]pass
 	// tls, when set, authenticates both ends (WithTLS).
 	tls *TLSFiles
 }
@@ -129,7 +130,7 @@ func New(addr string, timeout time.Duration, opts ...Option) (*Instance, error) 
 	if err != nil {
 		return nil, fmt.Errorf("haproxy instance %q: %w", addr, err)
 	}
-	h := &Instance{timeout: timeout, id: addr, read: map[string][]slot{}, log: logr.Discard()}
+	h := &Instance{timeout: timeout, id: addr, read: map[string]pass{}, log: logr.Discard()}
 	switch u.Scheme {
 	case "unix":
 		h.network, h.address = "unix", u.Path
@@ -153,19 +154,9 @@ func (h *Instance) ID() string { return h.id }
 // run sends commands on one connection, separated by ';', and returns each
 // command's output. The Runtime API ends each output with an empty line.
 func (h *Instance) run(ctx context.Context, cmds []string) ([]string, error) {
-	var dialer interface {
-		DialContext(context.Context, string, string) (net.Conn, error)
-	} = &net.Dialer{Timeout: h.timeout}
-	if h.tls != nil {
-		cfg, err := h.tlsConfig()
-		if err != nil {
-			return nil, fmt.Errorf("haproxy %s: %w", h.id, err)
-		}
-		dialer = &tls.Dialer{NetDialer: &net.Dialer{Timeout: h.timeout}, Config: cfg}
-	}
-	conn, err := dialer.DialContext(ctx, h.network, h.address)
+	conn, err := h.dial(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("haproxy %s: %w", h.id, err)
+		return nil, err
 	}
 	defer conn.Close()
 	deadline := time.Now().Add(h.timeout)
@@ -201,6 +192,24 @@ func (h *Instance) run(ctx context.Context, cmds []string) ([]string, error) {
 	return outs, nil
 }
 
+// pass is a backend's slots as read, and the session that read them.
+type pass struct {
+	slots []slot
+	sess  *session
+	// expire closes the session if no Apply takes it within the
+	// instance's timeout (a caller that only read): the process's
+	// Runtime API serves few connections at once.
+	expire *time.Timer
+}
+
+// end stops the pass's expiry and closes its session.
+func (p pass) end() {
+	if p.expire != nil {
+		p.expire.Stop()
+	}
+	p.sess.close()
+}
+
 type slot struct {
 	backend string
 	id      int
@@ -211,14 +220,18 @@ type slot struct {
 	state   plan.State
 }
 
+// runFunc sends commands and returns their answers: Instance.run (a
+// connection of their own) or session.run.
+type runFunc func(ctx context.Context, cmds []string) ([]string, error)
+
 // slots reads the backend's servers with `show servers state`: in slot
 // mode every server of the backend, in dynamic mode the ones the
 // controller added (named by dynamicName).
-func (h *Instance) slots(ctx context.Context, upstream string) ([]slot, error) {
+func (h *Instance) slots(ctx context.Context, run runFunc, upstream string) ([]slot, error) {
 	if err := h.checkVersion(ctx); err != nil {
 		return nil, err
 	}
-	outs, err := h.run(ctx, []string{"show servers state " + upstream})
+	outs, err := run(ctx, []string{"show servers state " + upstream})
 	if err != nil {
 		return nil, err
 	}
@@ -295,34 +308,71 @@ func (h *Instance) Slots(upstream string) (used, total int, ok bool) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	slots, read := h.read[upstream]
+	p, read := h.read[upstream]
 	if !read {
 		return 0, 0, false
 	}
-	for _, s := range slots {
+	for _, s := range p.slots {
 		if !s.free {
 			used++
 		}
 	}
-	return used, len(slots), true
+	return used, len(p.slots), true
 }
 
-// Servers reads the servers the backend's slots hold.
+// Servers reads the servers the backend's slots hold, on a session kept
+// open for the pass's Apply.
 func (h *Instance) Servers(ctx context.Context, upstream string) (map[netip.AddrPort]plan.State, error) {
-	slots, err := h.slots(ctx, upstream)
+	if err := h.checkVersion(ctx); err != nil {
+		return nil, err
+	}
+	sess, err := h.openSession(ctx)
 	if err != nil {
 		return nil, err
 	}
+	slots, err := h.slots(ctx, sess.run, upstream)
+	if err != nil {
+		sess.close()
+		return nil, err
+	}
+	expire := time.AfterFunc(h.timeout, func() {
+		h.mu.Lock()
+		held := h.read[upstream].sess == sess
+		if held {
+			delete(h.read, upstream)
+		}
+		h.mu.Unlock()
+		if held {
+			sess.close()
+		}
+	})
 	h.mu.Lock()
-	h.read[upstream] = slots
+	stale := h.read[upstream]
+	h.read[upstream] = pass{slots: slots, sess: sess, expire: expire}
 	h.mu.Unlock()
+	stale.end() // a pass that read and never applied
+	return serverStates(slots), nil
+}
+
+// Observe reads the servers the backend's slots hold on a connection of
+// its own, and keeps nothing: a read that begins no pass (a test's or a
+// tool's look at the instance).
+func (h *Instance) Observe(ctx context.Context, upstream string) (map[netip.AddrPort]plan.State, error) {
+	slots, err := h.slots(ctx, h.run, upstream)
+	if err != nil {
+		return nil, err
+	}
+	return serverStates(slots), nil
+}
+
+func serverStates(slots []slot) map[netip.AddrPort]plan.State {
 	out := map[netip.AddrPort]plan.State{}
 	for _, s := range slots {
 		if !s.free {
 			out[s.addr] = s.state
 		}
 	}
-	return out, nil
+	return out
 }
 
 func stateWord(s plan.State) string {
@@ -349,21 +399,26 @@ func addrChanged(answer string) bool {
 	return strings.Contains(answer, "changed") || strings.Contains(answer, "no need to change")
 }
 
-// Apply makes the changes in one batch on one connection.
+// Apply makes the changes on the session the pass's read was made on (the
+// same process, one connection), in one batch.
 func (h *Instance) Apply(ctx context.Context, upstream string, changes []plan.Change) []error {
 	errs := make([]error, len(changes))
 	// The pass's read is taken even when there is nothing to do, so that
-	// no backend's slots outlive their pass.
+	// no backend's slots or session outlive their pass.
 	h.mu.Lock()
-	slots, fresh := h.read[upstream]
+	p, fresh := h.read[upstream]
 	delete(h.read, upstream)
 	h.mu.Unlock()
+	defer func() { p.end() }()
 	if len(changes) == 0 {
 		return errs
 	}
 	if !fresh {
 		var err error
-		if slots, err = h.slots(ctx, upstream); err != nil {
+		if p.sess, err = h.openSession(ctx); err == nil {
+			p.slots, err = h.slots(ctx, p.sess.run, upstream)
+		}
+		if err != nil {
 			for i := range errs {
 				errs[i] = err
 			}
@@ -371,17 +426,17 @@ func (h *Instance) Apply(ctx context.Context, upstream string, changes []plan.Ch
 		}
 	}
 	if h.dynamic {
-		h.send(ctx, h.dynamicSteps(upstream, slots, changes, errs), errs)
+		h.send(ctx, p.sess, h.dynamicSteps(upstream, p.slots, changes, errs), errs)
 		return errs
 	}
-	now, later, addrs := h.slotSteps(upstream, slots, changes, errs)
-	h.send(ctx, now, errs)
+	now, later, addrs := h.slotSteps(upstream, p.slots, changes, errs)
+	h.send(ctx, p.sess, now, errs)
 	// From 3.0 an address change is applied a moment after its answer
 	// (HAProxy's server_atomic_sync_task): the new address must be in
 	// place before the slot takes traffic, and before the next read,
 	// which would otherwise see the slot still free and fill another.
 	if len(addrs) > 0 {
-		if err := h.awaitAddrs(ctx, upstream, addrs, errs); err != nil {
+		if err := h.awaitAddrs(ctx, p.sess, upstream, addrs, errs); err != nil {
 			for _, a := range addrs {
 				if errs[a.change] == nil {
 					errs[a.change] = err
@@ -389,13 +444,14 @@ func (h *Instance) Apply(ctx context.Context, upstream string, changes []plan.Ch
 			}
 		}
 	}
-	h.send(ctx, later, errs)
+	h.send(ctx, p.sess, later, errs)
 	return errs
 }
 
-// send runs the steps as one batch and records each failure in errs at
-// its change's index; steps of a change that failed already are skipped.
-func (h *Instance) send(ctx context.Context, steps []step, errs []error) {
+// send runs the steps as one batch on sess and records each failure in
+// errs at its change's index; steps of a change that failed already are
+// skipped.
+func (h *Instance) send(ctx context.Context, sess *session, steps []step, errs []error) {
 	var run []step
 	for _, s := range steps {
 		if errs[s.change] == nil {
@@ -409,7 +465,7 @@ func (h *Instance) send(ctx context.Context, steps []step, errs []error) {
 	for i, s := range run {
 		cmds[i] = s.cmd
 	}
-	outs, err := h.run(ctx, cmds)
+	outs, err := sess.run(ctx, cmds)
 	if err != nil && len(outs) == 0 {
 		for _, s := range run {
 			errs[s.change] = err
@@ -440,11 +496,11 @@ type addrWant struct {
 
 // awaitAddrs reads the backend until every slot shows the address it was
 // given, for at most the instance's timeout.
-func (h *Instance) awaitAddrs(ctx context.Context, upstream string, want []addrWant, errs []error) error {
+func (h *Instance) awaitAddrs(ctx context.Context, sess *session, upstream string, want []addrWant, errs []error) error {
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	for {
-		outs, err := h.run(ctx, []string{"show servers state " + upstream})
+		outs, err := sess.run(ctx, []string{"show servers state " + upstream})
 		if err != nil {
 			return err
 		}

@@ -102,7 +102,7 @@ func testCookiesHold(t *testing.T, f instancetest.Flavour) {
 	if err := h1.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := instance(t, h1).Servers(context.Background(), "shop")
+	got, err := instance(t, h1).Observe(context.Background(), "shop")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,14 +151,15 @@ func testErrors(t *testing.T, v haproxytest.Version) {
 	}
 }
 
-// A pass reads the backend once and sends its changes in one request: two
-// Runtime API connections (HAProxy counts them in CumConns). An Apply
-// without a read of its own pass reads the slots itself.
-func TestAPassIsTwoRuntimeAPIRequests(t *testing.T) {
-	instancetest.ForEachFlavour(t, testAPassIsTwoRequests)
+// A pass reads the backend and sends its changes on one interactive
+// Runtime API connection (HAProxy counts connections in CumConns). An
+// Apply without a read of its own pass reads the slots itself, on its
+// own connection.
+func TestAPassIsOneRuntimeAPIConnection(t *testing.T) {
+	instancetest.ForEachFlavour(t, testAPassIsOneConnection)
 }
 
-func testAPassIsTwoRequests(t *testing.T, f instancetest.Flavour) {
+func testAPassIsOneConnection(t *testing.T, f instancetest.Flavour) {
 	h := f.StartShop(t, "k", 4)
 	i := f.Instance(t, h)
 	a, b := instancetest.Pod(t, "a"), instancetest.Pod(t, "b")
@@ -191,19 +192,86 @@ func testAPassIsTwoRequests(t *testing.T, f instancetest.Flavour) {
 		}
 		return conns() - before - 1 // the second Info is counted too
 	}
-	if n := pass(map[netip.AddrPort]plan.State{a: plan.Draining, b: plan.Active}, true); n != 2 {
-		t.Errorf("a drain pass took %d Runtime API requests, want 2", n)
+	if n := pass(map[netip.AddrPort]plan.State{a: plan.Draining, b: plan.Active}, true); n != 1 {
+		t.Errorf("a drain pass took %d Runtime API connections, want 1", n)
 	}
 	// Apply again without a read: it must not use the slots of the pass
 	// before (consumed), and reads them itself.
-	if n := pass(map[netip.AddrPort]plan.State{a: plan.Down, b: plan.Active}, false); n != 2 {
-		t.Errorf("an Apply without a read took %d Runtime API requests, want 2 (a read and the change)", n)
+	if n := pass(map[netip.AddrPort]plan.State{a: plan.Down, b: plan.Active}, false); n != 1 {
+		t.Errorf("an Apply without a read took %d Runtime API connections, want 1 (the read and the change on it)", n)
 	}
-	got, err := i.Servers(ctx, "shop")
+	got, err := i.Observe(ctx, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got[a] != plan.Down || got[b] != plan.Active {
 		t.Errorf("servers %v, want a down and b active", got)
+	}
+	// A slot removed and one added in one pass: slot mode waits for the
+	// new addresses on the same connection (from 3.0 they land a moment
+	// after their answer).
+	c := instancetest.Pod(t, "c")
+	if n := pass(map[netip.AddrPort]plan.State{b: plan.Active, c: plan.Active}, true); n != 1 {
+		t.Errorf("a pass adding and removing servers took %d Runtime API connections, want 1", n)
+	}
+}
+
+// A pass's changes go to the process it read, or nowhere: HAProxy
+// restarted between the read and the Apply (a crash, a restart; a reload
+// starts a new worker too), the Apply fails every change rather than
+// write slots it read of one process to the next, and the next pass,
+// which reads the new process, converges.
+func TestAPassNeverWritesToAProcessItDidNotRead(t *testing.T) {
+	instancetest.ForEachFlavour(t, testAPassStaysOnItsProcess)
+}
+
+func testAPassStaysOnItsProcess(t *testing.T, f instancetest.Flavour) {
+	h := f.StartShop(t, "k", 4)
+	i := f.Instance(t, h)
+	a, b := instancetest.Pod(t, "a"), instancetest.Pod(t, "b")
+	instancetest.Apply(t, i, map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active})
+	ctx := context.Background()
+	cur, err := i.Servers(ctx, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Restart(); err != nil { // no saved state: the new process starts empty
+		t.Fatal(err)
+	}
+	desired := map[netip.AddrPort]plan.State{a: plan.Draining, b: plan.Active}
+	errs := i.Apply(ctx, "shop", plan.Calculate(cur, desired))
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+		}
+	}
+	if len(errs) == 0 || failed != len(errs) {
+		t.Fatalf("an Apply after its process was replaced: %d of %d changes failed, want all (%v)", failed, len(errs), errs)
+	}
+	if got, err := i.Observe(ctx, "shop"); err != nil || len(got) != 0 {
+		t.Fatalf("the new process holds %v (%v) after the failed Apply, want nothing written to it", got, err)
+	}
+	instancetest.Apply(t, i, desired)
+}
+
+
+// A read that no Apply follows (a caller that only looks) gives its
+// connection back within the instance's timeout: HAProxy serves 10
+// Runtime API connections at once by default, and a held one is one
+// fewer for the passes. Fifteen readers that never apply, each on an
+// Instance of its own, all get their answer.
+func TestAReadWithoutApplyGivesItsConnectionBack(t *testing.T) {
+	h := haproxytest.Start(t, "k", haproxytest.Backend{Name: "shop", Slots: 4})
+	ctx := context.Background()
+	for n := range 15 {
+		i, err := haproxy.New(h.Address(), 500*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := i.Servers(ctx, "shop"); err != nil {
+			t.Fatalf("reader %d (after %v): %v", n+1, time.Since(start).Round(time.Millisecond), err)
+		}
 	}
 }

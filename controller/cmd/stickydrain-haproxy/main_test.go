@@ -78,7 +78,7 @@ func TestTheSystemdDropInReloadsKeepingTheDrain(t *testing.T) {
 	if after == before {
 		t.Fatal("no new worker after the drop-in's reload")
 	}
-	got, err := inst.Servers(ctx, "shop")
+	got, err := inst.Observe(ctx, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestAReadyMapNotLoadedIsAWarning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := inst.Servers(ctx, "shop"); err != nil || len(got) != 1 {
+	if got, err := inst.Observe(ctx, "shop"); err != nil || len(got) != 1 {
 		t.Errorf("after the reload: %v %v, want the one server kept", got, err)
 	}
 }

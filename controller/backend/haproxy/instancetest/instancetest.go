@@ -84,7 +84,7 @@ func Apply(t testing.TB, i *haproxy.Instance, desired map[netip.AddrPort]plan.St
 			t.Fatal(err)
 		}
 	}
-	got, err := i.Servers(ctx, "shop")
+	got, err := i.Observe(ctx, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,7 +138,7 @@ func testReloadKeeps(t *testing.T, f instancetest.Flavour) {
 		if after == before {
 			t.Fatalf("reload %d: still the worker %s", n+1, before)
 		}
-		got, err := i.Servers(ctx, "shop")
+		got, err := i.Observe(ctx, "shop")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +178,7 @@ func testReloadKeeps(t *testing.T, f instancetest.Flavour) {
 		t.Fatal(err)
 	}
 	waitNewWorker(t, i, ctx)
-	got, err := i.Servers(ctx, "shop")
+	got, err := i.Observe(ctx, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +451,7 @@ func testTheSample(t *testing.T, v haproxytest.Version) {
 	if err := Reload(ctx, local, "unix://"+filepath.Join(dir, "master.sock"), filepath.Join(dir, "server-state")); err != nil {
 		t.Fatalf("%v\n%s", err, haproxyLog())
 	}
-	got, err := i.Servers(ctx, "shop")
+	got, err := i.Observe(ctx, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}

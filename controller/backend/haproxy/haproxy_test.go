@@ -255,7 +255,6 @@ func testAPassStaysOnItsProcess(t *testing.T, f instancetest.Flavour) {
 	instancetest.Apply(t, i, desired)
 }
 
-
 // A read that no Apply follows (a caller that only looks) gives its
 // connection back within the instance's timeout: HAProxy serves 10
 // Runtime API connections at once by default, and a held one is one

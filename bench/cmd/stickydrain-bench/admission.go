@@ -251,6 +251,11 @@ func admission(ctx context.Context, dir string, logf func(string, ...any), sz si
 		if err != nil {
 			return "", err
 		}
+		if pprofAddr != "" && rate == 1000 {
+			// What the webhook holds after its busiest runs (go tool pprof
+			// -sample_index=inuse_space FILE).
+			heapProfile(pprofAddr, "bench/webhook-heap-1000.prof")
+		}
 		floor, err := run(fmt.Sprintf("no-op webhook, %d/s fixed", rate), 3, noop.Pid(), func() (runResult, error) {
 			return openLoop(ctx, noopPost, rate, dur)
 		})

@@ -25,7 +25,7 @@ import (
 
 func main() {
 	out := flag.String("out", "", "`file` to write the markdown section to (default stdout)")
-	pprofAddr := flag.String("pprof", "", "`address` for the measured binary's pprof endpoint: admission, the webhook's (the 1000/s run's CPU profile goes to bench/webhook-cpu-1000.prof); propagation, the controller's (its CPU profile over its burst and trickle goes to bench/controller-cpu-propagation.prof)")
+	pprofAddr := flag.String("pprof", "", "`address` for the measured binary's pprof endpoint: admission, the webhook's (the 1000/s run's CPU profile goes to bench/webhook-cpu-1000.prof, its heap after it to bench/webhook-heap-1000.prof); propagation, the controller's (its CPU profile over its burst and trickle goes to bench/controller-cpu-propagation.prof)")
 	controllerBin := flag.String("controller", "", "controller `binary` to measure (default: built from this tree), e.g. an older build for a before/after figure")
 	controllerArgs := flag.StringArray("controller-arg", nil, "a `flag` given to the controller (repeat for more), e.g. --controller-arg=--concurrent-reconciles=32 for a figure with other settings")
 	dur := flag.Duration("duration", 0, "how long each fixed-rate admission run lasts (default 10s; 200ms with --smoke)")

@@ -34,7 +34,11 @@ func ratio[T ~int64 | ~float64](ours, floor T) string {
 	if floor <= 0 {
 		return "n/a"
 	}
-	return fmt.Sprintf("%.2f×", float64(ours)/float64(floor))
+	r := float64(ours) / float64(floor)
+	if r < 0.1 {
+		return fmt.Sprintf("%.3f×", r) // a small ratio keeps its digits: 0.014×, not 0.01×
+	}
+	return fmt.Sprintf("%.2f×", r)
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }

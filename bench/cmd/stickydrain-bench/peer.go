@@ -95,7 +95,12 @@ func startIngressPeer(ctx context.Context, c *cluster.Cluster, cs *kubernetes.Cl
 	}
 	if _, err := cs.CoreV1().ConfigMaps(peerNamespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: peerName, Namespace: peerNamespace},
 		Data: map[string]string{
-			"drain-support":   "true",
+			"drain-support": "true",
+			// Its HAProxy's file-descriptor limit grows with its
+			// connections and its servers: 20,044 at 1,000 Services with
+			// its default 2,000 connections, over this machine's hard
+			// limit of 20,000.
+			"max-connections": "1000",
 			"bind-http":       fmt.Sprintf("127.0.0.1:%d", ports[0]),
 			"https-port":      fmt.Sprint(ports[1]),
 			"bind-https":      fmt.Sprintf("127.0.0.1:%d", ports[1]),
@@ -154,7 +159,7 @@ func startIngressPeer(ctx context.Context, c *cluster.Cluster, cs *kubernetes.Cl
 	if err != nil {
 		return nil, err
 	}
-	if err := proc.WaitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[4]), 40*time.Second); err != nil {
+	if err := proc.WaitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[4]), 2*time.Minute); err != nil {
 		p.stop()
 		return nil, fmt.Errorf("%s %s did not get ready: %w; the end of its log:\n%s", peerName, pe.Version, err, logTail(p.log, 30))
 	}

@@ -34,8 +34,9 @@ func TestRuntimeProxyRecordsDrainsAndReads(t *testing.T) {
 					_, _ = c.Write([]byte("\n\n"))
 					return
 				}
-				for ; err == nil; line, err = r.ReadString('\n') {
-					_, _ = c.Write([]byte("1\n# be_id\n\n> ")) // the same answer to any command
+				// The same answer to any command, `prompt` included.
+				for err := error(nil); err == nil; _, err = r.ReadString('\n') {
+					_, _ = c.Write([]byte("1\n# be_id\n\n> "))
 				}
 			}()
 		}

@@ -125,7 +125,9 @@ func runtimeProxy(ctx context.Context, j *journal, name, listen, target string) 
 
 // relayRuntimeAPI carries one client connection to the instance at target:
 // a single line, answered until HAProxy closes, or, once the client sent
-// `prompt`, line after line, each answered up to its prompts.
+// `prompt`, line after line, each answered up to its prompts. Lines the
+// client sent together are forwarded together, as the controller's pass
+// pipelines `prompt` and its first command.
 func relayRuntimeAPI(j *journal, name string, c net.Conn, target string) {
 	defer c.Close()
 	up, err := net.Dial("unix", target)
@@ -142,26 +144,39 @@ func relayRuntimeAPI(j *journal, name string, c net.Conn, target string) {
 		if line == "" || err != nil && !errors.Is(err, io.EOF) {
 			break
 		}
-		if _, err := up.Write([]byte(line)); err != nil {
+		batch := []string{line}
+		for in.Buffered() > 0 {
+			more, _ := in.Peek(in.Buffered())
+			if !bytes.ContainsRune(more, '\n') {
+				break
+			}
+			next, _ := in.ReadString('\n')
+			batch = append(batch, next)
+		}
+		if _, err := up.Write([]byte(strings.Join(batch, ""))); err != nil {
 			break
 		}
-		text := strings.TrimSpace(line)
 		if first {
+			text := strings.TrimSpace(line)
 			liveness = strings.HasPrefix(text, "show info") || strings.HasPrefix(text, "set map")
+			interactive = text == "prompt"
 		}
-		parts := strings.Split(text, ";")
-		switch {
-		case text == "prompt" && !interactive:
-			interactive = true
-			if copyPrompts(c, answers, 1) != nil {
+		// Each command gets its answer and, in interactive mode, a prompt;
+		// `prompt` itself is not counted as a command.
+		var parts []string
+		answered := 0
+		for _, l := range batch {
+			t := strings.TrimSpace(l)
+			answered += strings.Count(t, ";") + 1
+			if t != "prompt" {
+				parts = append(parts, strings.Split(t, ";")...)
+			}
+		}
+		if interactive {
+			if copyPrompts(c, answers, answered) != nil {
 				return
 			}
-			continue
-		case interactive:
-			if copyPrompts(c, answers, len(parts)) != nil {
-				return
-			}
-		default:
+		} else {
 			_, _ = io.Copy(c, answers) // HAProxy closes after answering a non-interactive request
 		}
 		at := time.Now()

@@ -105,4 +105,40 @@ func TestRuntimeProxyRecordsDrainsAndReads(t *testing.T) {
 	if _, ok := j.firstDrain("svc-2")["haproxy-0"]; !ok {
 		t.Errorf("the drain of svc-2 in an interactive session was not recorded: %+v", j.changes)
 	}
+
+	// `prompt` and the read sent together, as the controller's pass does.
+	j.reset()
+	c, err = net.Dial("unix", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = bufio.NewReader(c)
+	for _, write := range []struct {
+		lines   string
+		answers int
+	}{{"prompt\nshow servers state svc-3\n", 2}, {"set server svc-3/pod1 state drain\n", 1}} {
+		if _, err := c.Write([]byte(write.lines)); err != nil {
+			t.Fatal(err)
+		}
+		for range write.answers {
+			if _, err := r.ReadString('>'); err != nil {
+				t.Fatalf("no prompt after %q: %v", write.lines, err)
+			}
+		}
+	}
+	c.Close()
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		req, cmds := j.counts("haproxy")
+		if req == 1 && cmds == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a pipelined session: %d connections and %d commands recorded, want 1 and 2", req, cmds)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, ok := j.firstDrain("svc-3")["haproxy-0"]; !ok {
+		t.Errorf("the drain of svc-3 in a pipelined session was not recorded: %+v", j.changes)
+	}
 }

@@ -41,23 +41,22 @@ type session struct {
 	timeout time.Duration
 	conn    net.Conn
 	r       *bufio.Reader
+	// unsent are commands for the next run to send first and answer
+	// silently: `prompt`, so that entering interactive mode costs no
+	// round trip of its own.
+	unsent []string
 }
 
 // prompt ends each answer in interactive mode.
 var prompt = []byte("\n> ")
 
-// openSession connects and enters interactive mode.
+// openSession connects; the first run enters interactive mode.
 func (h *Instance) openSession(ctx context.Context) (*session, error) {
 	conn, err := h.dial(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s := &session{id: h.id, timeout: h.timeout, conn: conn, r: bufio.NewReaderSize(conn, 64<<10)}
-	if _, err := s.run(ctx, []string{"prompt"}); err != nil {
-		conn.Close()
-		return nil, err
-	}
-	return s, nil
+	return &session{id: h.id, timeout: h.timeout, conn: conn, r: bufio.NewReaderSize(conn, 64<<10), unsent: []string{"prompt"}}, nil
 }
 
 // close ends the session; nil is a session already closed.
@@ -81,16 +80,21 @@ func (s *session) run(ctx context.Context, cmds []string) ([]string, error) {
 			return nil, fmt.Errorf("haproxy %s: command %q holds a line break or ';'", s.id, c)
 		}
 	}
-	if _, err := s.conn.Write([]byte(strings.Join(cmds, "\n") + "\n")); err != nil {
+	lines := append(s.unsent[:len(s.unsent):len(s.unsent)], cmds...)
+	silent := len(s.unsent)
+	s.unsent = nil
+	if _, err := s.conn.Write([]byte(strings.Join(lines, "\n") + "\n")); err != nil {
 		return nil, fmt.Errorf("haproxy %s: sending: %w", s.id, err)
 	}
 	outs := make([]string, 0, len(cmds))
-	for range cmds {
+	for k, line := range lines {
 		out, err := s.answer()
 		if err != nil {
-			return outs, fmt.Errorf("haproxy %s: reading the answer to %q: %w", s.id, cmds[len(outs)], err)
+			return outs, fmt.Errorf("haproxy %s: reading the answer to %q: %w", s.id, line, err)
 		}
-		outs = append(outs, out)
+		if k >= silent {
+			outs = append(outs, out)
+		}
 	}
 	return outs, nil
 }

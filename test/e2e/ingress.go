@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -252,40 +251,23 @@ func (e *Env) runIngress(ctx context.Context) (*ingressProxy, error) {
 		// Its global configuration: drain support on, its ports free ones
 		// on loopback; the dynamic cookie key is its default, the same on
 		// every replica.
+		hi := peers.HAProxyIngress{Peer: p.Peer, Prefix: filepath.Join(dir, "fs")}
+		copy(hi.Ports[:], ports)
 		cm := fmt.Sprintf("haproxy-ingress-%d", n)
 		if err := e.Cluster.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cm, Namespace: ingressNamespace},
-			Data: map[string]string{
-				"drain-support":   "true",
-				"bind-http":       fmt.Sprintf("127.0.0.1:%d", ports[0]),
-				"https-port":      fmt.Sprint(ports[1]),
-				"bind-https":      fmt.Sprintf("127.0.0.1:%d", ports[1]),
-				"stats-port":      fmt.Sprint(ports[2]),
-				"healthz-port":    fmt.Sprint(ports[4]),
-				"prometheus-port": fmt.Sprint(ports[5]),
-				"ssl-redirect":    "false",
-				"syslog-endpoint": "",
-			}}); err != nil {
+			Data: hi.Config(nil)}); err != nil {
 			return nil, err
 		}
-		prefix := filepath.Join(dir, "fs")
-		lua := filepath.Join(prefix, "etc", "haproxy", "lua")
-		if err := os.MkdirAll(lua, 0o755); err != nil {
+		if err := hi.Prepare(); err != nil {
 			return nil, err
 		}
-		// As its Makefile's run target does: the Lua scripts under the prefix.
-		if out, err := exec.Command("sh", "-c", fmt.Sprintf("cp %s/etc/lua/* %s/", p.Resources, lua)).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("copying haproxy-ingress's Lua scripts: %w: %s", err, out)
-		}
-		ip.adminSocket = filepath.Join(prefix, "var", "run", "haproxy", "admin.sock")
+		ip.adminSocket = hi.AdminSocket()
 		// HAProxy's own health frontend: up once the first configuration
 		// loaded.
-		ip.readyURL = fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[4])
-		ip.proc, err = proc.StartWith(proc.Options{Dir: filepath.Dir(p.Resources)}, log, p.Bin,
-			"--kubeconfig="+kubeconfig, "--local-filesystem-prefix="+prefix,
-			"--update-status=false", "--watch-gateway=false",
-			"--configmap="+ingressNamespace+"/"+cm, "--ingress-class="+string(kind),
-			"--election-id=haproxy-ingress-e2e", "--healthz-addr="+fmt.Sprintf("127.0.0.1:%d", ports[3]),
-			"--wait-before-update=100ms", "--reload-interval=0s")
+		ip.readyURL = hi.ReadyURL()
+		ip.proc, err = proc.StartWith(proc.Options{Dir: hi.Dir()}, log, p.Bin,
+			hi.Args(kubeconfig, ingressNamespace+"/"+cm, string(kind), "haproxy-ingress-e2e",
+				"--wait-before-update=100ms", "--reload-interval=0s")...)
 	case Traefik:
 		ip.apiURL = fmt.Sprintf("http://127.0.0.1:%d/api", ports[1])
 		ip.readyURL = fmt.Sprintf("http://127.0.0.1:%d/ping", ports[1])

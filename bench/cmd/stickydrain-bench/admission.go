@@ -191,6 +191,7 @@ func admission(ctx context.Context, dir string, logf func(string, ...any), sz si
 		d          dist
 		cpuPerReq  time.Duration
 		cpuPercent float64
+		rss        int64 // the process's resident memory after the run
 	}
 	run := func(label string, repeats, pid int, f func() (runResult, error)) (median, error) {
 		type measured struct {
@@ -236,7 +237,7 @@ func admission(ctx context.Context, dir string, logf func(string, ...any), sz si
 		t.add(label, fmt.Sprint(d.N), fmt.Sprintf("%.0f/s", float64(d.N)/m.r.wall.Seconds()), ms(d.P50), ms(d.P99), ms(d.P999), ms(d.Max),
 			fmt.Sprint(m.r.errors), fmt.Sprintf("%.0f %% of a core", pct),
 			fmt.Sprintf("%s (%s)", mib(m.after.RSS), mib(m.after.HWM)), fmt.Sprintf("%.1f %%", 100*m.steal), strings.Join(each, ", "))
-		return median{d: d, cpuPerReq: cpu / time.Duration(max(d.N, 1)), cpuPercent: pct}, nil
+		return median{d: d, cpuPerReq: cpu / time.Duration(max(d.N, 1)), cpuPercent: pct, rss: m.after.RSS}, nil
 	}
 	// Ratios to the floor, each from the same run: ours, then the no-op
 	// webhook, at each rate.
@@ -265,6 +266,11 @@ func admission(ctx context.Context, dir string, logf func(string, ...any), sz si
 		rt.add(fmt.Sprintf("p50 at %d/s", rate), ms(ours.d.P50), ms(floor.d.P50), ratio(float64(ours.d.P50), float64(floor.d.P50)), "≤ 1.25×")
 		rt.add(fmt.Sprintf("p99 at %d/s", rate), ms(ours.d.P99), ms(floor.d.P99), ratio(float64(ours.d.P99), float64(floor.d.P99)), "≤ 1.25×")
 		rt.add(fmt.Sprintf("CPU per admission at %d/s", rate), us(ours.cpuPerReq), us(floor.cpuPerReq), ratio(float64(ours.cpuPerReq), float64(floor.cpuPerReq)), "≤ 1.25×")
+		if rate == 1000 {
+			// Memory beside the same stack doing nothing: what the
+			// webhook's own work and caches hold (no goal was set).
+			rt.add("resident memory after the 1000/s runs", mib(ours.rss), mib(floor.rss), ratio(ours.rss, floor.rss), "")
+		}
 	}
 	for _, workers := range []int{8, 64} {
 		if _, err := run(fmt.Sprintf("saturation, %d clients", workers), 1, w.Pid(), func() (runResult, error) { return closedLoop(ctx, post, workers, dur) }); err != nil {

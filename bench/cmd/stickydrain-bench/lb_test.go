@@ -91,17 +91,7 @@ func TestRuntimeProxyRecordsDrainsAndReads(t *testing.T) {
 		}
 	}
 	c.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		req, cmds := j.counts("haproxy")
-		if req == 1 && cmds == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("an interactive session: %d connections and %d commands recorded, want 1 and 2", req, cmds)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitCounts(t, j, "an interactive session", 1, 2)
 	if _, ok := j.firstDrain("svc-2")["haproxy-0"]; !ok {
 		t.Errorf("the drain of svc-2 in an interactive session was not recorded: %+v", j.changes)
 	}
@@ -127,18 +117,25 @@ func TestRuntimeProxyRecordsDrainsAndReads(t *testing.T) {
 		}
 	}
 	c.Close()
-	deadline = time.Now().Add(5 * time.Second)
-	for {
-		req, cmds := j.counts("haproxy")
-		if req == 1 && cmds == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a pipelined session: %d connections and %d commands recorded, want 1 and 2", req, cmds)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitCounts(t, j, "a pipelined session", 1, 2)
 	if _, ok := j.firstDrain("svc-3")["haproxy-0"]; !ok {
 		t.Errorf("the drain of svc-3 in a pipelined session was not recorded: %+v", j.changes)
+	}
+}
+
+// waitCounts waits until the journal counts conns connections and cmds
+// commands (the recorder records a session once it closes).
+func waitCounts(t *testing.T, j *journal, what string, conns, cmds int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		req, n := j.counts("haproxy")
+		if req == conns && n == cmds {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d connections and %d commands recorded, want %d and %d", what, req, n, conns, cmds)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

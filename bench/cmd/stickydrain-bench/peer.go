@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -89,27 +88,21 @@ func startIngressPeer(ctx context.Context, c *cluster.Cluster, cs *kubernetes.Cl
 		Spec: networkingv1.IngressClassSpec{Controller: "haproxy-ingress.github.io/controller"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
-	ports, err := proc.FreePorts(6)
+	pdir := filepath.Join(dir, peerName)
+	if err := os.MkdirAll(pdir, 0o755); err != nil {
+		return nil, err
+	}
+	hi := peers.HAProxyIngress{Peer: pe}
+	ports, err := proc.FreePorts(len(hi.Ports))
 	if err != nil {
 		return nil, err
 	}
+	copy(hi.Ports[:], ports)
 	if _, err := cs.CoreV1().ConfigMaps(peerNamespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: peerName, Namespace: peerNamespace},
-		Data: map[string]string{
-			"drain-support": "true",
-			// Its HAProxy's file-descriptor limit grows with its
-			// connections and its servers: 20,044 at 1,000 Services with
-			// its default 2,000 connections, over this machine's hard
-			// limit of 20,000.
-			"max-connections": "1000",
-			"bind-http":       fmt.Sprintf("127.0.0.1:%d", ports[0]),
-			"https-port":      fmt.Sprint(ports[1]),
-			"bind-https":      fmt.Sprintf("127.0.0.1:%d", ports[1]),
-			"stats-port":      fmt.Sprint(ports[2]),
-			"healthz-port":    fmt.Sprint(ports[4]),
-			"prometheus-port": fmt.Sprint(ports[5]),
-			"ssl-redirect":    "false",
-			"syslog-endpoint": "",
-		}}, metav1.CreateOptions{}); err != nil {
+		// Its HAProxy's file-descriptor limit grows with its connections
+		// and its servers: 20,044 at 1,000 Services with its default
+		// 2,000 connections, over this machine's hard limit of 20,000.
+		Data: hi.Config(map[string]string{"max-connections": "1000"})}, metav1.CreateOptions{}); err != nil {
 		return nil, err
 	}
 	// One Ingress per Service, a host each, as app teams write them.
@@ -132,34 +125,23 @@ func startIngressPeer(ctx context.Context, c *cluster.Cluster, cs *kubernetes.Cl
 	}); err != nil {
 		return nil, err
 	}
-	pdir := filepath.Join(dir, peerName)
-	if err := os.MkdirAll(pdir, 0o755); err != nil {
+	// Its files under a short directory of their own (its HAProxy's socket
+	// paths must stay under 97 characters), removed by stop.
+	if hi.Prefix, err = os.MkdirTemp("", "hi-"); err != nil {
 		return nil, err
 	}
-	// Its HAProxy's socket paths must stay under 97 characters: its
-	// files go under a short directory of their own.
-	prefix, err := os.MkdirTemp("", "hi-")
+	p := &ingressPeer{Peer: pe, log: filepath.Join(pdir, peerName+".log"), prefix: hi.Prefix, adminSocket: hi.AdminSocket()}
+	if err := hi.Prepare(); err != nil {
+		p.stop()
+		return nil, err
+	}
+	p.proc, err = proc.StartWith(proc.Options{Dir: hi.Dir()}, p.log, pe.Bin,
+		hi.Args(kubeconfig, peerNamespace+"/"+peerName, peerClass, "haproxy-ingress-bench")...)
 	if err != nil {
+		p.stop()
 		return nil, err
 	}
-	lua := filepath.Join(prefix, "etc", "haproxy", "lua")
-	if err := os.MkdirAll(lua, 0o755); err != nil {
-		return nil, err
-	}
-	// As its Makefile's run target does: the Lua scripts under the prefix.
-	if out, err := exec.Command("sh", "-c", fmt.Sprintf("cp %s/etc/lua/* %s/", pe.Resources, lua)).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("copying haproxy-ingress's Lua scripts: %w: %s", err, out)
-	}
-	p := &ingressPeer{Peer: pe, log: filepath.Join(pdir, peerName+".log"), prefix: prefix, adminSocket: filepath.Join(prefix, "var", "run", "haproxy", "admin.sock")}
-	p.proc, err = proc.StartWith(proc.Options{Dir: filepath.Dir(pe.Resources)}, p.log, pe.Bin,
-		"--kubeconfig="+kubeconfig, "--local-filesystem-prefix="+prefix,
-		"--update-status=false", "--watch-gateway=false",
-		"--configmap="+peerNamespace+"/"+peerName, "--ingress-class="+peerClass,
-		"--election-id=haproxy-ingress-bench", "--healthz-addr="+fmt.Sprintf("127.0.0.1:%d", ports[3]))
-	if err != nil {
-		return nil, err
-	}
-	if err := proc.WaitHTTP(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[4]), 2*time.Minute); err != nil {
+	if err := proc.WaitHTTP(ctx, hi.ReadyURL(), 2*time.Minute); err != nil {
 		p.stop()
 		return nil, fmt.Errorf("%s %s did not get ready: %w; the end of its log:\n%s", peerName, pe.Version, err, logTail(p.log, 30))
 	}

@@ -24,7 +24,7 @@ func TestEveryBenchmarkModeRuns(t *testing.T) {
 		{"admission", func(ctx context.Context, dir string) (string, error) {
 			return admission(ctx, dir, t.Logf, smokeSize, "")
 		}, []string{"100/s fixed", "no-op webhook, 100/s fixed", "saturation, 64 clients", "with the webhook", "with the no-op webhook",
-			"| p99 at 500/s |", "| CPU per admission at 1000/s |", "| pod CREATE latency added by the webhook, p99 |"}},
+			"| p99 at 500/s |", "| CPU per admission at 1000/s |", "| pod CREATE latency added by the webhook, p99 |", "| resident memory after the 1000/s runs |"}},
 		{"propagation", func(ctx context.Context, dir string) (string, error) {
 			return propagation(ctx, dir, t.Logf, controllerRun{}, smokeSize, "")
 		}, []string{"burst: 2 pods deleted at once", "trickle", "floor: minimal drainer",

@@ -355,7 +355,12 @@ func soakOne(t *testing.T, target soakTarget, d time.Duration, rng *rand.Rand) s
 	row.allowed, _ = misroutes(clients, windows)
 	t.Logf("%s", soakTable("", []soakRow{row}))
 	if target.Ingress != "" {
-		assertIngressKeptEverything(t, clients, obs, row.injected["ingress-crash"], windows...)
+		// A killed proxy fails the requests in flight through it, whichever
+		// proxy it is: up to three a kill, as for HAProxy (9 users, each
+		// with at most one request out; one a kill was too few: two were
+		// in flight through a killed Traefik replica in a CI run, nothing
+		// else wrong).
+		assertIngressKeptEverything(t, clients, obs, 3*row.injected["ingress-crash"], windows...)
 	} else {
 		assertUsersKeptEverything(t, clients, obs, 3*row.injected["haproxy-crash"], windows...)
 	}

@@ -190,6 +190,12 @@ const (
 	// (stickydrain_controller_lb_errors_total) and records no Event
 	// with this reason yet.
 	ReasonApplyFailed = "LoadBalancerError"
+	// ReasonCannotHold: an instance of the load balancer answered but
+	// cannot hold what the Service asks: the upstream is not in its
+	// configuration, or has no free server-template slot. The Service is
+	// retried; the load balancer's other Services and its fresh replicas'
+	// readiness do not wait for it.
+	ReasonCannotHold = "UpstreamCannotHold"
 	// ReasonStateLost: an instance came back from a restart or reload
 	// without the upstream's servers; the controller refills it.
 	ReasonStateLost = "LoadBalancerStateLost"

@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/stickydrain/stickydrain/api"
 )
 
 // MatchOp is a Prometheus label-matching operator.
@@ -56,7 +58,10 @@ const selectorForm = `NAME or NAME{label="value",...} with =, !=, =~ or !~`
 // metric name and optional label matchers.
 func ParseMetricSelector(s string) (MetricSelector, error) {
 	bad := func(why string) (MetricSelector, error) {
-		return MetricSelector{}, fmt.Errorf("%q: %s; want %s", s, why, selectorForm)
+		return MetricSelector{}, fmt.Errorf("%.200q: %s; want %s", s, why, selectorForm)
+	}
+	if len(s) > api.MaxValueLength {
+		return bad(fmt.Sprintf("%d bytes long, more than %d", len(s), api.MaxValueLength))
 	}
 	name, rest, hasLabels := strings.Cut(strings.TrimSpace(s), "{")
 	name = strings.TrimSpace(name)
@@ -113,9 +118,12 @@ func ParseMetricSelector(s string) (MetricSelector, error) {
 		m := LabelMatcher{Name: lname, Op: op, Value: val}
 		if op == MatchRegexp || op == MatchNotRegexp {
 			// PromQL regexps are anchored at both ends.
-			if m.re, err = regexp.Compile("^(?:" + val + ")$"); err != nil {
-				return bad(fmt.Sprintf("the regexp of %q does not compile", lname))
+			if m.re, err = compileBounded(val, "^(?:"+val+")$"); err != nil {
+				return bad(fmt.Sprintf("the regexp of %q %v", lname, err))
 			}
+		}
+		if len(sel.Matchers) == api.MaxMetricMatchers {
+			return bad(fmt.Sprintf("more than %d label matchers", api.MaxMetricMatchers))
 		}
 		sel.Matchers = append(sel.Matchers, m)
 		rest = strings.TrimSpace(rest[end+1:])

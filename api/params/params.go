@@ -94,21 +94,21 @@ var usages = sync.OnceValue(func() map[string]string {
 func (s *Source) BindSource(fs *pflag.FlagSet) { s.bindSource(fs, usages()) }
 
 func (s *Source) bindSource(fs *pflag.FlagSet, u map[string]string) {
-	fs.StringVar(&s.URL, api.ParamURL, s.URL, u[api.ParamURL])
+	fs.Var(text{&s.URL}, api.ParamURL, u[api.ParamURL])
 	fs.Var(choice{&s.Format, api.Formats()}, api.ParamFormat, u[api.ParamFormat])
-	fs.StringVar(&s.JSONPath, api.ParamJSONPath, s.JSONPath, u[api.ParamJSONPath])
+	fs.Var(text{&s.JSONPath}, api.ParamJSONPath, u[api.ParamJSONPath])
 	fs.Var(metricValue{&s.Metric}, api.ParamMetric, u[api.ParamMetric])
-	fs.StringVar(&s.Context, api.ParamContext, s.Context, u[api.ParamContext])
-	fs.Var(durationValue{&s.IdleBelow, 0}, api.ParamIdleBelow, u[api.ParamIdleBelow])
+	fs.Var(text{&s.Context}, api.ParamContext, u[api.ParamContext])
+	fs.Var(durationValue{&s.IdleBelow, 0, api.MaxDuration}, api.ParamIdleBelow, u[api.ParamIdleBelow])
 	fs.Var(regexpValue{&s.Pattern}, api.ParamPattern, u[api.ParamPattern])
-	fs.Var(durationValue{&s.RequestTimeout, time.Millisecond}, api.ParamRequestTimeout, u[api.ParamRequestTimeout])
-	fs.Var(intValue[int64]{&s.MaxBodyBytes, 1}, api.ParamMaxBodyBytes, u[api.ParamMaxBodyBytes])
+	fs.Var(durationValue{&s.RequestTimeout, time.Millisecond, api.MaxDuration}, api.ParamRequestTimeout, u[api.ParamRequestTimeout])
+	fs.Var(intValue[int64]{&s.MaxBodyBytes, 1, api.MaxBodyBytesLimit}, api.ParamMaxBodyBytes, u[api.ParamMaxBodyBytes])
 	fs.BoolVar(&s.InsecureTLS, api.ParamInsecureTLS, s.InsecureTLS, u[api.ParamInsecureTLS])
-	fs.StringVar(&s.BasicAuthFile, api.ParamBasicAuthFile, s.BasicAuthFile, u[api.ParamBasicAuthFile])
+	fs.Var(text{&s.BasicAuthFile}, api.ParamBasicAuthFile, u[api.ParamBasicAuthFile])
 	fs.Var(envName{&s.BasicAuthEnv}, api.ParamBasicAuthEnv, u[api.ParamBasicAuthEnv])
-	fs.StringVar(&s.BearerTokenFile, api.ParamBearerTokenFile, s.BearerTokenFile, u[api.ParamBearerTokenFile])
+	fs.Var(text{&s.BearerTokenFile}, api.ParamBearerTokenFile, u[api.ParamBearerTokenFile])
 	fs.Var(envName{&s.BearerTokenEnv}, api.ParamBearerTokenEnv, u[api.ParamBearerTokenEnv])
-	fs.StringVar(&s.HeaderFile, api.ParamHeaderFile, s.HeaderFile, u[api.ParamHeaderFile])
+	fs.Var(text{&s.HeaderFile}, api.ParamHeaderFile, u[api.ParamHeaderFile])
 }
 
 // Bind registers every flag of `drainctl wait` on fs.
@@ -116,13 +116,13 @@ func (w *Wait) Bind(fs *pflag.FlagSet) {
 	u := usages()
 	w.bindSource(fs, u)
 	fs.Var(floatValue{&w.Target}, api.ParamTarget, u[api.ParamTarget])
-	fs.Var(durationValue{&w.MinWait, 0}, api.ParamMinWait, u[api.ParamMinWait])
-	fs.Var(durationValue{&w.MaxWait, time.Millisecond}, api.ParamMaxWait, u[api.ParamMaxWait])
-	fs.Var(durationValue{&w.Interval, time.Millisecond}, api.ParamInterval, u[api.ParamInterval])
-	fs.Var(intValue[int]{&w.UnreachableLimit, 1}, api.ParamUnreachableLimit, u[api.ParamUnreachableLimit])
+	fs.Var(durationValue{&w.MinWait, 0, api.MaxDuration}, api.ParamMinWait, u[api.ParamMinWait])
+	fs.Var(durationValue{&w.MaxWait, time.Millisecond, api.MaxDuration}, api.ParamMaxWait, u[api.ParamMaxWait])
+	fs.Var(durationValue{&w.Interval, time.Millisecond, api.MaxDuration}, api.ParamInterval, u[api.ParamInterval])
+	fs.Var(intValue[int]{&w.UnreachableLimit, 1, api.MaxUnreachableLimit}, api.ParamUnreachableLimit, u[api.ParamUnreachableLimit])
 	fs.StringVar(&w.Podinfo, api.ParamPodinfo, w.Podinfo, u[api.ParamPodinfo])
 	fs.Var(choice{&w.LogFormat, []string{api.LogText, api.LogJSON}}, api.ParamLogFormat, u[api.ParamLogFormat])
-	fs.Var(durationValue{&w.PreSleep, 0}, api.ParamPreSleep, u[api.ParamPreSleep])
+	fs.Var(durationValue{&w.PreSleep, 0, api.MaxDuration}, api.ParamPreSleep, u[api.ParamPreSleep])
 	fs.StringVar(&w.PreHTTPGet, api.ParamPreHTTPGet, w.PreHTTPGet, u[api.ParamPreHTTPGet])
 	fs.Var(repeated{&w.PreHTTPHeaders}, api.ParamPreHTTPHeader, u[api.ParamPreHTTPHeader])
 	fs.StringVar(&w.LogFile, api.ParamLogFile, w.LogFile, u[api.ParamLogFile])
@@ -279,8 +279,8 @@ func (c choice) Set(v string) error {
 }
 
 type durationValue struct {
-	p   *time.Duration
-	min time.Duration
+	p        *time.Duration
+	min, max time.Duration
 }
 
 func (d durationValue) String() string {
@@ -295,7 +295,7 @@ func (d durationValue) Type() string { return "duration" }
 func (d durationValue) Set(v string) error {
 	x, err := time.ParseDuration(v)
 	if err != nil {
-		return fmt.Errorf("%q is not a duration; want a number with a unit: 500ms, 10s, 30m, 12h", v)
+		return fmt.Errorf("%.40q is not a duration; want a number with a unit: 500ms, 10s, 30m, 12h", v)
 	}
 	if x < d.min {
 		if d.min == 0 {
@@ -303,13 +303,16 @@ func (d durationValue) Set(v string) error {
 		}
 		return fmt.Errorf("%q is too short; want at least %s", v, d.min)
 	}
+	if x > d.max {
+		return fmt.Errorf("%q is too long; want at most %s (%s)", v, d.max, humanDuration(d.max))
+	}
 	*d.p = x
 	return nil
 }
 
 type intValue[T int | int64] struct {
-	p   *T
-	min T
+	p        *T
+	min, max T
 }
 
 func (i intValue[T]) String() string {
@@ -324,7 +327,10 @@ func (i intValue[T]) Type() string { return "int" }
 func (i intValue[T]) Set(v string) error {
 	x, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || T(x) < i.min || int64(T(x)) != x {
-		return fmt.Errorf("%q is not a whole number of at least %d", v, i.min)
+		return fmt.Errorf("%.40q is not a whole number of at least %d", v, i.min)
+	}
+	if T(x) > i.max {
+		return fmt.Errorf("%q is too large; want at most %d", v, i.max)
 	}
 	*i.p = T(x)
 	return nil
@@ -362,8 +368,8 @@ func (r regexpValue) String() string {
 func (r regexpValue) Type() string { return "regexp" }
 
 func (r regexpValue) Set(v string) error {
-	if _, err := regexp.Compile("(?i)" + v); err != nil {
-		return fmt.Errorf("%q is not a regular expression: %w", v, err)
+	if _, err := CompilePattern(v); err != nil {
+		return fmt.Errorf("%.80q %w", v, err)
 	}
 	*r.p = v
 	return nil
@@ -406,5 +412,34 @@ func (m metricValue) Set(v string) error {
 		return err
 	}
 	*m.p = v
+	return nil
+}
+
+// humanDuration says d in days when it is whole days (720h is 30 days).
+func humanDuration(d time.Duration) string {
+	if d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + " days"
+	}
+	return d.String()
+}
+
+// text is a string flag bounded by api.MaxValueLength: a URL, a path, a
+// file or variable name.
+type text struct{ p *string }
+
+func (t text) String() string {
+	if t.p == nil {
+		return ""
+	}
+	return *t.p
+}
+
+func (t text) Type() string { return "string" }
+
+func (t text) Set(v string) error {
+	if len(v) > api.MaxValueLength {
+		return fmt.Errorf("%.40q... is %d bytes long; want at most %d", v, len(v), api.MaxValueLength)
+	}
+	*t.p = v
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -66,11 +67,37 @@ func (s *Server) serve() {
 func (s *Server) answer(c net.Conn) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	line, err := bufio.NewReader(c).ReadString('\n')
+	line, err := readLine(c)
+	if errors.Is(err, errLineTooLong) {
+		fmt.Fprintf(c, "error: request longer than %d bytes\n", maxLine)
+		return
+	}
 	if err != nil && line == "" {
 		return
 	}
 	fmt.Fprintln(c, s.Apply(strings.TrimSpace(line)))
+}
+
+// maxLine bounds a line on the control socket, request or answer: a word
+// and a duration, or one sentence. Anyone in the pod's network namespace
+// can connect; a longer line is refused, never read on, and never echoed.
+const maxLine = 1024
+
+var errLineTooLong = fmt.Errorf("line longer than %d bytes", maxLine)
+
+// readLine reads one line of at most maxLine bytes from r, without its
+// newline. A longer one returns its first maxLine bytes and
+// errLineTooLong; a last line without a newline returns it and the read's
+// error (io.EOF).
+func readLine(r io.Reader) (string, error) {
+	line, err := bufio.NewReaderSize(io.LimitReader(r, maxLine+1), maxLine+1).ReadString('\n')
+	if text, ok := strings.CutSuffix(line, "\n"); ok {
+		return text, nil
+	}
+	if len(line) > maxLine {
+		return line[:maxLine], errLineTooLong
+	}
+	return line, err
 }
 
 // Apply carries out one request and returns the answer line.
@@ -127,9 +154,9 @@ func Send(ctx context.Context, addr, req string) (string, error) {
 	if _, err := fmt.Fprintln(c, req); err != nil {
 		return "", fmt.Errorf("control socket %s: %w", addr, err)
 	}
-	answer, err := bufio.NewReader(c).ReadString('\n')
+	answer, err := readLine(c)
 	answer = strings.TrimSpace(answer)
-	if err != nil && answer == "" {
+	if err != nil && !errors.Is(err, errLineTooLong) && answer == "" {
 		return "", fmt.Errorf("control socket %s: %w", addr, err)
 	}
 	if !strings.HasPrefix(answer, "ok") {

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -37,9 +38,16 @@ func Parse(b []byte) (map[string]string, error) {
 	return out, sc.Err()
 }
 
+// maxFile bounds the annotations file, read every second. The API server
+// stores at most 256 KiB of annotations, keys included, and the kubelet's
+// key="%q" lines make that at most five times as many bytes: a larger
+// file is not the kubelet's (a device, a log named by mistake) and is not
+// read whole.
+const maxFile = 4 << 20
+
 // Read reads and parses the annotations file at path.
 func Read(path string) (map[string]string, error) {
-	b, err := os.ReadFile(path)
+	b, err := readBounded(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading pod annotations: %w", err)
 	}
@@ -48,4 +56,20 @@ func Read(path string) (map[string]string, error) {
 		return nil, fmt.Errorf("parsing pod annotations %s: %w", path, err)
 	}
 	return a, nil
+}
+
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxFile {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, maxFile)
+	}
+	return b, nil
 }

@@ -393,9 +393,9 @@ func ParseMatch(body []byte, pattern string) (bool, error) {
 	if pattern == "" {
 		return false, errors.New("no pattern; set --pattern")
 	}
-	re, err := regexp.Compile("(?i)" + pattern)
+	re, err := params.CompilePattern(pattern)
 	if err != nil {
-		return false, fmt.Errorf("pattern %q: %w", pattern, err)
+		return false, fmt.Errorf("pattern %.80q %w", pattern, err)
 	}
 	return re.Match(body), nil
 }

@@ -163,7 +163,7 @@ func (e *Error) Error() string {
 	if e.Annotation == "" {
 		return e.Problem
 	}
-	return fmt.Sprintf("annotation %s=%q: %s", e.Annotation, e.Value, e.Problem)
+	return fmt.Sprintf("annotation %s=%.80q: %s", e.Annotation, e.Value, e.Problem)
 }
 
 // Namespace is what Inject reads of the pod's Namespace.
@@ -357,8 +357,8 @@ func Resolve(spec *corev1.PodSpec, get func(string) (string, bool)) (*Plan, erro
 	margin := DefaultShutdownMargin
 	if v, ok := get(api.AnnotationShutdownMargin); ok {
 		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			bad(api.AnnotationShutdownMargin, v, "want a duration of 0 or more, e.g. 30s")
+		if err != nil || d < 0 || d > api.MaxDuration {
+			bad(api.AnnotationShutdownMargin, v, "want a duration of 0 or more, at most "+api.MaxDuration.String()+", e.g. 30s")
 		} else {
 			margin = d
 		}
@@ -402,6 +402,8 @@ func Resolve(spec *corev1.PodSpec, get func(string) (string, bool)) (*Plan, erro
 			switch {
 			case h.Sleep != nil && h.Sleep.Seconds <= 0:
 				// A zero-second sleep is no hook.
+			case h.Sleep != nil && h.Sleep.Seconds > int64(api.MaxDuration/time.Second):
+				errs = append(errs, &Error{Problem: fmt.Sprintf("container %q: its preStop sleep of %d seconds is longer than %s, the longest stickydrain keeps", c.Name, h.Sleep.Seconds, api.MaxDuration)})
 			case h.Sleep != nil:
 				// Kept, without asking: it runs first, then the drain.
 				preWait = time.Duration(h.Sleep.Seconds) * time.Second

@@ -3,10 +3,12 @@ package inject
 import (
 	"encoding/json"
 	"flag"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"gomodules.xyz/jsonpatch/v2"
@@ -441,6 +443,9 @@ func asSet(ops []jsonpatch.Operation) map[string]string {
 func FuzzResolve(f *testing.F) {
 	f.Add("12h", "10s", "tomcat-list", "30s", "true", "inject")
 	f.Add("-1s", "x", "json", "", "maybe", "image")
+	// Durations whose sum overflows int64 nanoseconds.
+	f.Add("720h", "10s", "tomcat-list", "2562047h", "true", "inject")
+	f.Add("2562047h", "2562047h", "auto", "2562047h", "false", "inject")
 	f.Fuzz(func(t *testing.T, maxWait, minWait, format, margin, keep, mode string) {
 		ann := map[string]string{api.AnnotationMaxWait: maxWait, api.AnnotationMinWait: minWait, api.AnnotationFormat: format,
 			api.AnnotationShutdownMargin: margin, api.AnnotationKeepPreStop: keep, api.AnnotationDrainctl: mode, api.AnnotationJSONPath: "a.0"}
@@ -607,5 +612,48 @@ func TestDrainctlAsAnImageVolume(t *testing.T) {
 	flagBad.DrainctlDelivery = "volume"
 	if err := flagBad.Validate(); err == nil || !strings.Contains(err.Error(), "--drainctl-delivery=volume") {
 		t.Errorf("--drainctl-delivery=volume: %v", err)
+	}
+}
+
+// Durations a user writes have a ceiling checked before they are added
+// into the grace period: sums that would overflow int64 nanoseconds (a
+// negative grace period on main) are refused naming the annotation, and
+// so is a kept preStop sleep of more seconds than a Duration holds.
+func TestDurationsCannotOverflowTheGracePeriod(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		ann   map[string]string
+		sleep int64
+		want  string
+	}{
+		{"a margin near the int64 limit", map[string]string{api.AnnotationMaxWait: "720h", api.AnnotationShutdownMargin: "2562047h"}, 0, api.AnnotationShutdownMargin},
+		{"a max-wait near the int64 limit", map[string]string{api.AnnotationMaxWait: "2562047h"}, 0, api.AnnotationMaxWait},
+		{"a kept sleep of the most seconds an int64 holds", nil, math.MaxInt64, "preStop sleep"},
+		{"a kept sleep of 300 years", nil, 300 * 365 * 24 * 3600, "preStop sleep"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctr := corev1.Container{Name: "c"}
+			if c.sleep != 0 {
+				ctr.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: c.sleep}}}
+			}
+			spec := &corev1.PodSpec{Containers: []corev1.Container{ctr}}
+			plan, err := Resolve(spec, func(k string) (string, bool) { v, ok := c.ann[k]; return v, ok })
+			if err == nil {
+				t.Fatalf("accepted, grace %d", plan.Grace)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%v; want it to name %s", err, c.want)
+			}
+		})
+	}
+	// The longest accepted drain still has a positive, exact grace period.
+	ann := map[string]string{api.AnnotationMaxWait: api.MaxDuration.String(), api.AnnotationMinWait: api.MaxDuration.String(), api.AnnotationShutdownMargin: api.MaxDuration.String()}
+	spec := &corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: int64(api.MaxDuration / time.Second)}}}}}}
+	plan, err := Resolve(spec, func(k string) (string, bool) { v, ok := ann[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 4 * int64(api.MaxDuration/time.Second); plan.Grace != want {
+		t.Errorf("grace %d, want %d", plan.Grace, want)
 	}
 }

@@ -23,14 +23,14 @@ const (
 	// or `!~` matcher of metric), in bytes.
 	MaxRegexpLength = 1024
 	// MaxRegexpProgram bounds the size of a regular expression once its
-	// counted repetitions are expanded (`a{100}{100}` is 10,000), measured
+	// counted repetitions are expanded (`[a-z]{1000}` ten times is 10,000), measured
 	// on the parsed expression before it is compiled: a short expression
 	// can compile to hundreds of MiB.
 	MaxRegexpProgram = 10000
 	// MaxMetricMatchers bounds the label matchers of metric.
 	MaxMetricMatchers = 16
 	// MaxValueLength bounds any other annotation value stickydrain parses
-	// (url, json-path, metric, context, the credentials' file and variable
+	// (url, json-path, metric, context, the credentials' and header files'
 	// names), in bytes.
 	MaxValueLength = 2048
 	// MaxBodyBytesLimit bounds max-body-bytes: the most drainctl reads of

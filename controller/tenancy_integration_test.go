@@ -238,6 +238,49 @@ resync: 2s
 		eventually(t, ctx, "EndpointNotAllowed: "+want, func() bool { return events("shop", "web", "EndpointNotAllowed", want) })
 	}
 
+	// 3b. A targetRef without a namespace names a Pod of the Service's
+	// namespace: the pod becomes a server, and the Events on it land in
+	// that namespace, never in default.
+	shopC := pod("shop", "web-c", "other")
+	allow("edge/shop", shopC)
+	allow("plus/shop", shopC)
+	slice("shop", "web", "web-no-namespace", discoveryv1.Endpoint{Addresses: []string{shopC.String()},
+		TargetRef:  &corev1.ObjectReference{Kind: "Pod", Name: "web-c"},
+		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(true), Terminating: ptr.To(true)}})
+	podEvents := func(ns string) (n int) {
+		var evs eventsv1.EventList
+		must.OK(t, k.List(ctx, &evs, client.InNamespace(ns)))
+		for _, e := range evs.Items {
+			if e.Regarding.Kind == "Pod" && e.Regarding.Name == "web-c" {
+				n++
+			}
+		}
+		return n
+	}
+	eventually(t, ctx, "the Draining Events on shop/web-c, in namespace shop", func() bool {
+		var evs eventsv1.EventList
+		if k.List(ctx, &evs, client.InNamespace("shop")) != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Name == "web-c" && e.Regarding.Namespace == "shop" && e.Reason == "Draining" {
+				return true
+			}
+		}
+		return false
+	})
+	if n := podEvents("default"); n != 0 {
+		t.Errorf("%d Events on Pod web-c in namespace default; want none", n)
+	}
+	must.OK(t, k.Delete(ctx, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-no-namespace"}}))
+	eventually(t, ctx, "shop/web-c gone from edge/shop and plus/shop", func() bool {
+		es, _, ps := read()
+		return holds(es, shopA, shopB) && holds(ps, shopA, shopB)
+	})
+	if n := podEvents("default"); n != 0 {
+		t.Errorf("%d Events on Pod web-c in namespace default; want none", n)
+	}
+
 	// 4. The namespace nobody allowed claims again, after the owner.
 	service("evil", "web-2", "edge/shop", map[string]string{"app": "web"})
 	eventually(t, ctx, "UpstreamNotAllowed on evil/web-2", func() bool {

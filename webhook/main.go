@@ -36,6 +36,7 @@ type Options struct {
 	cfg         inject.Config
 	certDir     string
 	port        int
+	maxInFlight int
 	metricsAddr string
 	probeAddr   string
 	pprofAddr   string
@@ -51,6 +52,7 @@ func flagSet(o *Options) *pflag.FlagSet {
 	o.cfg.BindFlags(fs)
 	fs.StringVar(&o.certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "`directory` holding tls.crt and tls.key; reloaded when they change (cert-manager rotation)")
 	fs.IntVar(&o.port, "port", 9443, "webhook HTTPS `port`")
+	fs.IntVar(&o.maxInFlight, "max-concurrent-admissions", admit.DefaultMaxInFlight, "how many admissions are decided at once (a `count`); more wait their turn, which bounds the replica's memory under a burst")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "`address` of the metrics endpoint; 0 disables it")
 	o.serving.Bind(fs)
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader among the replicas for the dry-run reporter (every replica answers admissions)")
@@ -76,6 +78,10 @@ func Run(ctx context.Context, o Options) error {
 	if err := cfg.Validate(); err != nil {
 		return bootstrap.Usage(err)
 	}
+	if o.maxInFlight < 1 {
+		return bootstrap.Usage(fmt.Errorf("--max-concurrent-admissions=%d: want 1 or more", o.maxInFlight))
+	}
+	var server *admit.LimitedServer
 	mgr, log, err := bootstrap.Manager(bootstrap.Options{
 		Component: "webhook", Zap: o.zap,
 		MetricsAddr: o.metricsAddr, ProbeAddr: o.probeAddr, PprofAddr: o.pprofAddr, Serving: o.serving,
@@ -83,7 +89,8 @@ func Run(ctx context.Context, o Options) error {
 		// reporter waits for the Lease.
 		LeaderElect: o.leaderElect, LeaderElectionNamespace: o.leaderNS,
 		Tune: func(mo *ctrl.Options) {
-			mo.WebhookServer = webhook.NewServer(webhook.Options{Port: o.port, CertDir: o.certDir, TLSOpts: o.serving.TLSOpts()})
+			server = admit.NewLimitedServer(webhook.NewServer(webhook.Options{Port: o.port, CertDir: o.certDir, TLSOpts: o.serving.TLSOpts()}), o.maxInFlight)
+			mo.WebhookServer = server
 			// The dry-run reporter's pods, and only those.
 			mo.Cache.ByObject = dryrun.CacheByObject()
 		},
@@ -101,6 +108,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
+	server.SetMetrics(m)
 	if err := admit.Register(mgr, cfg, m); err != nil {
 		return fmt.Errorf("registering the webhooks: %w", err)
 	}

@@ -30,7 +30,7 @@ func compileBounded(expr, full string) (*regexp.Regexp, error) {
 		return nil, fmt.Errorf("is not a regular expression: %w", err)
 	}
 	if n := programSize(parsed, api.MaxRegexpProgram); n > api.MaxRegexpProgram {
-		return nil, fmt.Errorf("expands to more than %d instructions (counted repetitions multiply: a{100}{100} is 10000); want a simpler expression", api.MaxRegexpProgram)
+		return nil, fmt.Errorf("expands to more than %d instructions (counted repetitions are expanded: [a-z]{1000} ten times is 10000); want a simpler expression", api.MaxRegexpProgram)
 	}
 	re, err := regexp.Compile(full)
 	if err != nil {

@@ -4,11 +4,20 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"time"
 
 	"github.com/stickydrain/stickydrain/controller/plan"
 )
+
+// ErrCannotHold marks the error of an instance that answered but cannot
+// hold what an upstream asks of it: it has no such upstream, or no room
+// for another server. Trying again will not help until the operator or
+// the Service's owner changes something, and it is that Service's alone:
+// it must not keep the instance out of rotation for every other Service
+// of the load balancer.
+var ErrCannotHold = errors.New("the load balancer cannot hold this upstream's servers")
 
 // Instance is one running load balancer (one HAProxy process, one NGINX
 // Plus API endpoint).

@@ -27,7 +27,9 @@ type Options struct {
 // Endpoint is one desired server and where it came from.
 type Endpoint struct {
 	State plan.State
-	// Pod is the endpoint's targetRef when it is a Pod (namespace/name).
+	// Pod is the endpoint's targetRef when it is a Pod (namespace/name);
+	// a targetRef without a namespace names a Pod of the slice's (and
+	// its Service's) namespace.
 	PodNamespace, PodName string
 	// PodUID is the targetRef's uid: the controller's Events on the pod
 	// carry it, so that they are told apart from those of an earlier pod
@@ -87,6 +89,11 @@ func Desired(slices []discoveryv1.EndpointSlice, port string, opts Options) (map
 			ep := Endpoint{State: st, Terminating: terminating}
 			if r := e.TargetRef; r != nil && r.Kind == "Pod" {
 				ep.PodNamespace, ep.PodName, ep.PodUID = r.Namespace, r.Name, r.UID
+				if ep.PodNamespace == "" {
+					// Left empty, the Events on the Pod would go to
+					// namespace default.
+					ep.PodNamespace = s.Namespace
+				}
 			}
 			for _, a := range e.Addresses {
 				ip, err := netip.ParseAddr(a)

@@ -119,3 +119,27 @@ func TestDesiredPorts(t *testing.T) {
 		t.Errorf("a port the slices lack gave %v", states(got))
 	}
 }
+
+// TestDesiredTakesTheSlicesNamespace: a targetRef without a namespace
+// names a Pod of the slice's own namespace (the Service's), as an object
+// reference within a namespace does; the endpoint says so, so that the
+// Events on its Pod land there and not in default.
+func TestDesiredTakesTheSlicesNamespace(t *testing.T) {
+	s := slice("a", discoveryv1.AddressTypeIPv4, httpPort,
+		discoveryv1.Endpoint{Addresses: []string{"198.18.0.1"}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web-0"}},
+		ep("198.18.0.2", cond{}, "web-1"),
+		discoveryv1.Endpoint{Addresses: []string{"198.18.0.3"}})
+	s.Namespace = "blog"
+	got, err := Desired([]discoveryv1.EndpointSlice{s}, "http", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"198.18.0.1:8080": "blog/web-0", "198.18.0.2:8080": "shop/web-1", "198.18.0.3:8080": "/"}
+	pods := map[string]string{}
+	for a, e := range got {
+		pods[a.String()] = e.PodNamespace + "/" + e.PodName
+	}
+	if diff := cmp.Diff(want, pods); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}

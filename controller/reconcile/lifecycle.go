@@ -137,10 +137,10 @@ func (r *Reconciler) settleOwned(ctx context.Context, svc types.NamespacedName, 
 		for _, o := range outcomes[i] {
 			a := m[o.inst.ID()]
 			if a == nil {
-				m[o.inst.ID()] = &agg{o.inst, o.identity, o.ok}
+				m[o.inst.ID()] = &agg{o.inst, o.identity, o.settled}
 				continue
 			}
-			a.ok = a.ok && o.ok && a.identity == o.identity
+			a.ok = a.ok && o.settled && a.identity == o.identity
 		}
 	}
 	for lb, m := range byLB {

@@ -42,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"backend", "op", "state", "result"}),
 		lbErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stickydrain_controller_lb_errors_total",
-			Help: "Failed calls to load-balancer instances, by load balancer and call (read, apply, discover).",
+			Help: "Failed calls to load-balancer instances, by load balancer and call (read, apply, discover; cannot-hold: the instance answered that it has no such upstream or no room for another server).",
 		}, []string{"lb", "call"}),
 		drainDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "stickydrain_controller_drain_delay_seconds",
@@ -63,7 +63,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"lb"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stickydrain_controller_refusals_total",
-			Help: "Mappings and endpoints refused by the tenancy rules, by load balancer and reason (NoRule, NamespaceNotAllowed, Pinned, UnknownLoadBalancer, OutsideCIDRs, WithoutPod, PodInOtherNamespace, NotPodAddress); counted on each pass that refuses them.",
+			Help: "Mappings and endpoints refused by the tenancy rules, by load balancer and reason (NoRule, NamespaceNotAllowed, Pinned, UnknownLoadBalancer, OutsideCIDRs, WithoutPod, PodInOtherNamespace, NotPodAddress, PodFinished, PodNotVerified); counted on each pass that refuses them.",
 		}, []string{"lb", "reason"}),
 		configs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stickydrain_controller_config_changes_total",

@@ -7,6 +7,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -70,6 +71,10 @@ type Reconciler struct {
 	pool   *instancePool
 	ledger *drainLedger
 	owners *ownershipIndex
+	// pods bounds the live reads of Pods (podcache.go); its zero value
+	// is ready.
+	pods   podReads
+	passes *passLimiter
 
 	mu      sync.Mutex
 	current *config.Config
@@ -87,6 +92,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	r.pool, r.ledger, r.owners = newInstancePool(), newDrainLedger(), newOwnershipIndex()
+	// As many passes on one instance as Services are reconciled at once.
+	r.passes = newPassLimiter(r.Concurrency)
 	r.liveness = liveness.NewTracker()
 	r.renew = make(chan event.GenericEvent, 1024)
 	r.watcher = &liveness.Watcher{
@@ -354,6 +361,10 @@ type instanceOutcome struct {
 	inst     backend.Instance
 	identity string
 	ok       bool
+	// settled: ok, or every failure was the instance answering that it
+	// cannot hold what the Service asks (backend.ErrCannotHold), which is
+	// the Service's to fix and must not hold the instance's readiness.
+	settled bool
 }
 
 // converge applies one upstream's desired servers on every instance of its
@@ -417,8 +428,19 @@ type instanceResult struct {
 func (r *Reconciler) applyOn(ctx context.Context, svc *corev1.Service, lb *config.LoadBalancer, u upstreamRef, inst backend.Instance, want map[netip.AddrPort]plan.State) instanceResult {
 	log := logf.FromContext(ctx).WithValues("upstream", u.String())
 	res := instanceResult{instanceOutcome: instanceOutcome{inst: inst, identity: r.liveness.Identity(inst.ID())}, applied: map[netip.AddrPort]plan.Change{}}
+	done, err := r.passes.begin(ctx, inst.ID())
+	if err != nil {
+		log.Error(err, "waiting for a connection to the instance", "instance", inst.ID())
+		return res
+	}
+	defer done()
 	cur, err := inst.Servers(ctx, u.Upstream)
 	if err != nil {
+		if errors.Is(err, backend.ErrCannotHold) {
+			res.settled = true
+			r.cannotHold(svc, u, inst, err)
+			return res
+		}
 		r.Metrics.lbErrors.WithLabelValues(u.LB, "read").Inc()
 		log.Error(err, "reading servers", "instance", inst.ID())
 		return res
@@ -433,11 +455,17 @@ func (r *Reconciler) applyOn(ctx context.Context, svc *corev1.Service, lb *confi
 	}
 	changes := plan.Calculate(cur, target)
 	errs := inst.Apply(ctx, u.Upstream, changes)
-	res.ok = true
+	res.ok, res.settled = true, true
+	var cannot error
 	for j, ch := range changes {
 		result := "ok"
 		if errs[j] != nil {
 			result, res.ok = "error", false
+			if errors.Is(errs[j], backend.ErrCannotHold) {
+				cannot = errs[j]
+			} else {
+				res.settled = false
+			}
 			r.Metrics.lbErrors.WithLabelValues(u.LB, "apply").Inc()
 			log.Error(errs[j], "applying change", "instance", inst.ID(), "op", ch.Op, "server", ch.Addr.String())
 		} else {
@@ -446,7 +474,21 @@ func (r *Reconciler) applyOn(ctx context.Context, svc *corev1.Service, lb *confi
 		}
 		r.Metrics.changes.WithLabelValues(lb.Type, string(ch.Op), ch.State.String(), result).Inc()
 	}
+	if cannot != nil {
+		r.cannotHold(svc, u, inst, cannot)
+	}
 	return res
+}
+
+// cannotHold reports an instance that cannot hold what the Service asks
+// of upstream u (backend.ErrCannotHold): a Warning on the Service and
+// stickydrain_controller_lb_errors_total{kind="cannot-hold"}.
+func (r *Reconciler) cannotHold(svc *corev1.Service, u upstreamRef, inst backend.Instance, err error) {
+	r.Metrics.lbErrors.WithLabelValues(u.LB, "cannot-hold").Inc()
+	if svc != nil {
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, api.ReasonCannotHold, action("Converge", u.String()),
+			"%v; the Service is retried, and the load balancer's other Services and fresh replicas do not wait for it", err)
+	}
 }
 
 // recordSlots sets the upstream's slot gauges: the most used and the

@@ -1,12 +1,15 @@
 package reconcile
 
 import (
+	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/stickydrain/stickydrain/api"
@@ -65,6 +68,38 @@ func (p *instancePool) reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.byAddr = map[string]backend.Instance{}
+}
+
+// passLimiter bounds the passes open at once on each instance, across
+// every Service: a pass holds one connection to the instance (HAProxy's
+// stats socket serves 10 by default), and one Service mapping many
+// upstreams must not take every connection and time the other Services'
+// passes out. Waiters are served in the order they came (a FIFO
+// semaphore), so a Service with many upstreams waits its turn as others do.
+type passLimiter struct {
+	per int64
+	mu  sync.Mutex
+	sem map[string]*semaphore.Weighted
+}
+
+func newPassLimiter(per int) *passLimiter {
+	return &passLimiter{per: int64(max(1, per)), sem: map[string]*semaphore.Weighted{}}
+}
+
+// begin waits for a pass on instance id (until ctx ends) and returns the
+// function that ends it.
+func (l *passLimiter) begin(ctx context.Context, id string) (done func(), err error) {
+	l.mu.Lock()
+	s := l.sem[id]
+	if s == nil {
+		s = semaphore.NewWeighted(l.per)
+		l.sem[id] = s
+	}
+	l.mu.Unlock()
+	if err := s.Acquire(ctx, 1); err != nil {
+		return nil, fmt.Errorf("instance %s: every one of its %d passes is taken: %w", id, l.per, err)
+	}
+	return func() { s.Release(1) }, nil
 }
 
 // heldKey names one upstream on one instance (by its address).

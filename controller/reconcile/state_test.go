@@ -1,9 +1,11 @@
 package reconcile
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,5 +142,47 @@ func TestOwnershipIndex(t *testing.T) {
 	o.set(a, nil) // holds nothing: out
 	if o.has(a) || len(o.held(a)) != 0 || !slices.Equal(o.services(), []types.NamespacedName{b}) {
 		t.Errorf("after holding nothing: has %v, services %v", o.has(a), o.services())
+	}
+}
+
+// Passes on one instance are bounded across every Service, served in the
+// order they came; another instance has its own bound, and a pass that
+// cannot begin before its context ends says so.
+func TestPassLimiterBoundsPassesPerInstance(t *testing.T) {
+	l := newPassLimiter(2)
+	ctx := context.Background()
+	a1, err1 := l.begin(ctx, "a")
+	_, err2 := l.begin(ctx, "a")
+	b1, err3 := l.begin(ctx, "b")
+	if err := errors.Join(err1, err2, err3); err != nil {
+		t.Fatal(err)
+	}
+	b1()
+	third := make(chan struct{})
+	go func() {
+		done, err := l.begin(ctx, "a")
+		if err == nil {
+			done()
+		}
+		close(third)
+	}()
+	select {
+	case <-third:
+		t.Fatal("a third pass on instance a began while two were open")
+	case <-time.After(100 * time.Millisecond):
+	}
+	a1()
+	select {
+	case <-third:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the third pass did not begin once one ended")
+	}
+	l2 := newPassLimiter(1)
+	hold, _ := l2.begin(ctx, "a")
+	defer hold()
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := l2.begin(short, "a"); err == nil || !strings.Contains(err.Error(), "every one of its 1 passes is taken") {
+		t.Errorf("a pass that could not begin: %v", err)
 	}
 }

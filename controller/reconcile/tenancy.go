@@ -54,7 +54,8 @@ func stripPod(o any) (any, error) {
 	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion, DeletionTimestamp: p.DeletionTimestamp, Annotations: ann},
-		Status:     corev1.PodStatus{PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs},
+		// The phase: a finished Pod's addresses are no longer its own.
+		Status: corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs},
 	}, nil
 }
 
@@ -75,8 +76,14 @@ func (r *Reconciler) claim(ctx context.Context, p *tenancy.Policy, svc types.Nam
 // ownerOf is the Service that owns upstream u: the one it is pinned to,
 // else the oldest allowed Service mapping it (then by namespace/name);
 // nil when no Service may. known holds verdicts the caller has already
-// reached in this pass (its own Service's), which are not asked again.
-func (r *Reconciler) ownerOf(ctx context.Context, p *tenancy.Policy, u upstreamRef, known map[types.NamespacedName]tenancy.Verdict) (*corev1.Service, error) {
+// reached in this pass (its own Service's), which are not asked again;
+// parsed, the annotations this pass has already read (nil: none), so
+// that a pass reads each Service's annotation once, not once per
+// upstream it shares.
+func (r *Reconciler) ownerOf(ctx context.Context, p *tenancy.Policy, u upstreamRef, known map[types.NamespacedName]tenancy.Verdict, parsed map[string][]upstreamRef) (*corev1.Service, error) {
+	if parsed == nil {
+		parsed = map[string][]upstreamRef{}
+	}
 	var list corev1.ServiceList
 	if err := r.Client.List(ctx, &list, client.MatchingFields{indexUpstream: u.String()}); err != nil {
 		return nil, fmt.Errorf("listing the Services mapped onto %s: %w", u, err)
@@ -87,13 +94,19 @@ func (r *Reconciler) ownerOf(ctx context.Context, p *tenancy.Policy, u upstreamR
 		if o.DeletionTimestamp != nil || (owner != nil && !older(o, owner)) {
 			continue
 		}
-		ups, err := ParseUpstreams(o.Annotations[api.AnnotationUpstreams], r.cfg())
-		if err != nil || !slices.Contains(ups, u) {
+		ann := o.Annotations[api.AnnotationUpstreams]
+		ups, seen := parsed[ann]
+		if !seen {
+			ups, _ = ParseUpstreams(ann, r.cfg()) // nil when it cannot be read
+			parsed[ann] = ups
+		}
+		if !slices.Contains(ups, u) {
 			continue
 		}
 		k := client.ObjectKeyFromObject(o)
 		v, ok := known[k]
 		if !ok {
+			var err error
 			if v, err = r.claim(ctx, p, k, u); err != nil {
 				return nil, err
 			}
@@ -112,6 +125,7 @@ func (r *Reconciler) ownerOf(ctx context.Context, p *tenancy.Policy, u upstreamR
 func (r *Reconciler) owned(ctx context.Context, p *tenancy.Policy, svc *corev1.Service, ups []upstreamRef) (owned []upstreamRef, refused map[upstreamRef]tenancy.Verdict, err error) {
 	key := client.ObjectKeyFromObject(svc)
 	refused = map[upstreamRef]tenancy.Verdict{}
+	parsed := map[string][]upstreamRef{}
 	for _, u := range ups {
 		v, err := r.claim(ctx, p, key, u)
 		if err != nil {
@@ -125,7 +139,7 @@ func (r *Reconciler) owned(ctx context.Context, p *tenancy.Policy, svc *corev1.S
 			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, api.ReasonUpstreamNotAllowed, action("Map", u.String()), "%s; no load balancer was changed for it", v.Message)
 			continue
 		}
-		owner, err := r.ownerOf(ctx, p, u, map[types.NamespacedName]tenancy.Verdict{key: v})
+		owner, err := r.ownerOf(ctx, p, u, map[types.NamespacedName]tenancy.Verdict{key: v}, parsed)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -150,7 +164,7 @@ func (r *Reconciler) release(ctx context.Context, p *tenancy.Policy, key types.N
 		if slices.Contains(keep, u) {
 			continue
 		}
-		owner, err := r.ownerOf(ctx, p, u, nil)
+		owner, err := r.ownerOf(ctx, p, u, nil, nil)
 		if err != nil {
 			logf.FromContext(ctx).Error(err, "finding the next owner of a released upstream", "upstream", u.String())
 			held = append(held, u)
@@ -174,25 +188,33 @@ func (r *Reconciler) release(ctx context.Context, p *tenancy.Policy, key types.N
 }
 
 // admitted keeps the desired servers that the load balancer's endpoint
-// rules let become servers, and warns once a pass for those it refuses.
-// A Pod's addresses come from the cache, and from the API server when the
-// cache does not agree (a Pod newer than the cache).
+// rules let become servers, and warns of those it refuses, a few a pass
+// (endpointRefusals). A Pod's addresses come from the cache, and from the
+// API server when the cache does not agree (a Pod newer than the cache),
+// as podAddrs allows. An endpoint whose targetRef has no namespace names a
+// Pod of the Service's namespace, as the rules read it; the admitted
+// endpoint says so, so that Events on its Pod land there.
 func (r *Reconciler) admitted(ctx context.Context, p *tenancy.Policy, svc *corev1.Service, lb string, desired map[netip.AddrPort]endpoints.Endpoint) (map[netip.AddrPort]endpoints.Endpoint, error) {
 	out := make(map[netip.AddrPort]endpoints.Endpoint, len(desired))
-	for a, e := range desired {
+	refusals := endpointRefusals{r: r, svc: svc, lb: lb}
+	defer refusals.done()
+	for _, a := range byAddress(desired) {
+		e := desired[a]
+		if e.PodName != "" && e.PodNamespace == "" {
+			e.PodNamespace = svc.Namespace
+		}
 		te := tenancy.Endpoint{Addr: a.Addr(), PodNamespace: e.PodNamespace, PodName: e.PodName}
 		v := p.Endpoint(lb, svc.Namespace, te)
 		if !v.Allowed && e.PodName != "" && v.Reason == tenancy.NotPodAddress {
-			addrs, err := r.podAddrs(ctx, svc.Namespace, e.PodName, a.Addr())
-			if err != nil {
+			addrs, phase, err := r.podAddrs(ctx, svc.Namespace, e.PodName, a.Addr())
+			if err != nil && !podNotRead(err) {
 				return nil, err
 			}
-			te.PodAddrs = addrs
+			te.PodAddrs, te.PodPhase, te.PodNotVerified = addrs, phase, podNotRead(err)
 			v = p.Endpoint(lb, svc.Namespace, te)
 		}
 		if !v.Allowed {
-			r.Metrics.refusals.WithLabelValues(lb, string(v.Reason)).Inc()
-			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, api.ReasonEndpointNotAllowed, action("Admit", a.Addr().String()+" on "+lb), "%s; it is not a server of load balancer %s", v.Message, lb)
+			refusals.refuse(a.Addr(), v)
 			continue
 		}
 		out[a] = e
@@ -200,34 +222,57 @@ func (r *Reconciler) admitted(ctx context.Context, p *tenancy.Policy, svc *corev
 	return out, nil
 }
 
-// podAddrs are the addresses of Pod ns/name: from the cache when they
-// include want, else from the API server. nil when the Pod does not exist.
-func (r *Reconciler) podAddrs(ctx context.Context, ns, name string, want netip.Addr) ([]netip.Addr, error) {
+// podAddrs are the addresses and phase of Pod ns/name: from the cache
+// when they include want or the Pod has finished (it never runs again),
+// else from the API server — unless a live read within podReadTTL found
+// what the cache holds now, or the rate of live reads is spent
+// (errPodNotRead). nil addresses when the Pod does not exist; none when
+// it has finished.
+func (r *Reconciler) podAddrs(ctx context.Context, ns, name string, want netip.Addr) ([]netip.Addr, corev1.PodPhase, error) {
 	key := types.NamespacedName{Namespace: ns, Name: name}
 	var pod corev1.Pod
 	err := r.Client.Get(ctx, key, &pod)
-	if err == nil {
-		if addrs := podIPs(&pod); slices.Contains(addrs, want) {
-			return addrs, nil
+	cached := err == nil
+	if cached {
+		if addrs := podIPs(&pod); slices.Contains(addrs, want) || tenancy.Finished(pod.Status.Phase) {
+			return addrs, pod.Status.Phase, nil
 		}
 	} else if !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("reading Pod %s: %w", key, err)
+		return nil, "", fmt.Errorf("reading Pod %s: %w", key, err)
+	}
+	if r.pods.confirmed(key, cached, pod.ResourceVersion) {
+		if !cached {
+			return nil, "", nil
+		}
+		return podIPs(&pod), pod.Status.Phase, nil
+	}
+	if !r.pods.take() {
+		return nil, "", fmt.Errorf("reading Pod %s: %w", key, errPodNotRead)
 	}
 	reader := r.APIReader
 	if reader == nil {
 		reader = r.Client
 	}
+	pod = corev1.Pod{}
 	if err := reader.Get(ctx, key, &pod); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, nil
+			r.pods.record(key, false, "")
+			return nil, "", nil
 		}
-		return nil, fmt.Errorf("reading Pod %s: %w", key, err)
+		return nil, "", fmt.Errorf("reading Pod %s: %w", key, err)
 	}
-	return podIPs(&pod), nil
+	r.pods.record(key, true, pod.ResourceVersion)
+	return podIPs(&pod), pod.Status.Phase, nil
 }
 
+// podIPs are the addresses of Pod p; none once it has finished, when the
+// network may have given them to other pods (why Kubernetes stopped
+// publishing finished Pods' addresses, kubernetes#109414).
 func podIPs(p *corev1.Pod) []netip.Addr {
 	out := []netip.Addr{}
+	if tenancy.Finished(p.Status.Phase) {
+		return out
+	}
 	for _, ip := range p.Status.PodIPs {
 		if a, err := netip.ParseAddr(ip.IP); err == nil {
 			out = append(out, a.Unmap())

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -15,21 +16,17 @@ type upstreamRef struct{ LB, Upstream string }
 
 func (u upstreamRef) String() string { return u.LB + "/" + u.Upstream }
 
-// maxUpstreamName bounds an upstream name from an annotation: it ends up
-// in Event actions (128 characters at most) and log lines.
-const maxUpstreamName = 100
-
-// ParseUpstreams reads the stickydrain.io/upstreams annotation.
+// ParseUpstreams reads the stickydrain.io/upstreams annotation: its
+// distinct entries, in their order, at most api.MaxUpstreams of them.
 func ParseUpstreams(v string, cfg *config.Config) ([]upstreamRef, error) {
 	var out []upstreamRef
-	for _, part := range strings.Split(v, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
+	for _, part := range upstreamKeys(v) {
+		if len(out) == api.MaxUpstreams {
+			return nil, fmt.Errorf("annotation %s: more than %d distinct upstreams; want at most %d (map more with another Service)", api.AnnotationUpstreams, api.MaxUpstreams, api.MaxUpstreams)
 		}
 		lb, up, ok := strings.Cut(part, "/")
-		if !ok || lb == "" || !config.UpstreamNameRE.MatchString(up) || len(up) > maxUpstreamName {
-			return nil, fmt.Errorf("annotation %s: %q is not <lb>/<upstream> (an upstream name is up to %d letters, digits, _ . : -)", api.AnnotationUpstreams, part, maxUpstreamName)
+		if !ok || lb == "" || !config.UpstreamNameRE.MatchString(up) || len(up) > api.MaxUpstreamName {
+			return nil, fmt.Errorf("annotation %s: %.120q is not <lb>/<upstream> (an upstream name is up to %d letters, digits, _ . : -)", api.AnnotationUpstreams, part, api.MaxUpstreamName)
 		}
 		found := false
 		for _, l := range cfg.LoadBalancers {
@@ -63,13 +60,19 @@ func byUpstream(o client.Object) []string {
 	return upstreamKeys(o.GetAnnotations()[api.AnnotationUpstreams])
 }
 
-// upstreamKeys are the "<lb>/<upstream>" entries of an upstreams
-// annotation, unvalidated (ParseUpstreams validates).
+// upstreamKeys are the distinct "<lb>/<upstream>" entries of an upstreams
+// annotation, unvalidated (ParseUpstreams validates), in their order: at
+// most api.MaxUpstreams+1 of them, so that an annotation of thousands
+// costs the cache's indexes no more than one over the bound (which
+// ParseUpstreams then refuses).
 func upstreamKeys(v string) []string {
 	var out []string
-	for _, part := range strings.Split(v, ",") {
-		if part = strings.TrimSpace(part); part != "" {
+	for part := range strings.SplitSeq(v, ",") {
+		if part = strings.TrimSpace(part); part != "" && !slices.Contains(out, part) {
 			out = append(out, part)
+			if len(out) > api.MaxUpstreams {
+				break
+			}
 		}
 	}
 	return out

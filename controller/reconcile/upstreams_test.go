@@ -1,9 +1,11 @@
 package reconcile
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/drivers"
 )
@@ -39,6 +41,32 @@ func TestParseUpstreams(t *testing.T) {
 	}
 }
 
+// An upstreams annotation is read as its distinct entries, at most
+// api.MaxUpstreams of them: one Service repeating its own upstream
+// hundreds of times opened as many Runtime API connections at once on
+// main, and thousands of distinct entries cost a pass per entry.
+func TestParseUpstreamsIsBounded(t *testing.T) {
+	cfg := testConfig(t)
+	got, err := ParseUpstreams(strings.TrimSuffix(strings.Repeat("edge/shop, plus/shop,", 5000), ","), cfg)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("10,000 repetitions of two entries: %v, %v; want the two", got, err)
+	}
+	var many []string
+	for i := range api.MaxUpstreams + 1 {
+		many = append(many, fmt.Sprintf("edge/u%d", i))
+	}
+	if _, err := ParseUpstreams(strings.Join(many[:api.MaxUpstreams], ","), cfg); err != nil {
+		t.Errorf("%d distinct upstreams: %v", api.MaxUpstreams, err)
+	}
+	_, err = ParseUpstreams(strings.Join(many, ","), cfg)
+	if err == nil || !strings.Contains(err.Error(), "want at most 32") {
+		t.Errorf("%d distinct upstreams: %v; want the bound named", api.MaxUpstreams+1, err)
+	}
+	if keys := upstreamKeys(strings.Repeat("edge/a,", 10000) + strings.Join(many, ",")); len(keys) > api.MaxUpstreams+1 {
+		t.Errorf("the cache's index keys of one Service: %d; want at most %d", len(keys), api.MaxUpstreams+1)
+	}
+}
+
 // FuzzParseUpstreams: no annotation makes the parser panic, and what it
 // accepts names a configured load balancer and an upstream name that is
 // safe in a Runtime API command and an Event action.
@@ -53,7 +81,7 @@ func FuzzParseUpstreams(f *testing.F) {
 			return
 		}
 		for _, u := range ups {
-			if (u.LB != "edge" && u.LB != "plus") || !config.UpstreamNameRE.MatchString(u.Upstream) || len(u.Upstream) > maxUpstreamName {
+			if (u.LB != "edge" && u.LB != "plus") || !config.UpstreamNameRE.MatchString(u.Upstream) || len(u.Upstream) > api.MaxUpstreamName {
 				t.Fatalf("accepted %q as %v", v, u)
 			}
 			if a := action("Withdraw", u.String()); len(a) > 128 {

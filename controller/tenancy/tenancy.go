@@ -32,6 +32,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -57,11 +58,20 @@ const (
 	WithoutPod          Reason = "WithoutPod"
 	PodInOtherNamespace Reason = "PodInOtherNamespace"
 	NotPodAddress       Reason = "NotPodAddress"
+	// PodFinished: the Pod has succeeded or failed. It keeps its
+	// addresses in its status, but the network may have given them to a
+	// new pod, of any namespace (why Kubernetes stopped publishing
+	// finished Pods' addresses, kubernetes#109414).
+	PodFinished Reason = "PodFinished"
+	// PodNotVerified: the controller could not read the Pod this pass
+	// (its reads of the API server are rate-limited); the endpoint is
+	// tried again on a later pass.
+	PodNotVerified Reason = "PodNotVerified"
 )
 
 // Reasons are every Reason, claims' then endpoints'.
 func Reasons() []Reason {
-	return []Reason{NoRule, NamespaceNotAllowed, Pinned, UnknownLoadBalancer, OutsideCIDRs, WithoutPod, PodInOtherNamespace, NotPodAddress}
+	return []Reason{NoRule, NamespaceNotAllowed, Pinned, UnknownLoadBalancer, OutsideCIDRs, WithoutPod, PodInOtherNamespace, NotPodAddress, PodFinished, PodNotVerified}
 }
 
 // Verdict is a decision: allowed, or refused for a reason, with the rule
@@ -248,11 +258,23 @@ func (n *nsRule) decide(target string, svc types.NamespacedName, nsLabels map[st
 type Endpoint struct {
 	Addr netip.Addr
 	// PodNamespace and PodName are the targetRef when it is a Pod; empty
-	// when there is none (or it is not a Pod).
+	// when there is none (or it is not a Pod). An empty PodNamespace with
+	// a PodName is the Service's namespace.
 	PodNamespace, PodName string
 	// PodAddrs are the addresses the Pod has (status.podIPs) as the API
 	// server says; nil when the Pod was not found.
 	PodAddrs []netip.Addr
+	// PodPhase is the Pod's status.phase. A Pod that has finished
+	// (Succeeded, Failed) owns no address, whatever PodAddrs says.
+	PodPhase corev1.PodPhase
+	// PodNotVerified: the Pod was not read (PodAddrs says nothing).
+	PodNotVerified bool
+}
+
+// Finished reports whether a Pod in phase has finished: it runs no
+// more, and the network may give its addresses to other pods.
+func Finished(phase corev1.PodPhase) bool {
+	return phase == corev1.PodSucceeded || phase == corev1.PodFailed
 }
 
 // Endpoint decides whether an endpoint of a Service in namespace ns may
@@ -271,7 +293,8 @@ func (p *Policy) Endpoint(lb, ns string, e Endpoint) Verdict {
 	if podNS == "" {
 		podNS = ns
 	}
-	ownPod := e.PodName != "" && podNS == ns && slices.Contains(e.PodAddrs, e.Addr)
+	finished := Finished(e.PodPhase)
+	ownPod := e.PodName != "" && podNS == ns && !finished && !e.PodNotVerified && slices.Contains(e.PodAddrs, e.Addr)
 	rule := f + ".allowEndpointsWithoutPods"
 	switch {
 	case ownPod:
@@ -286,6 +309,12 @@ func (p *Policy) Endpoint(lb, ns string, e Endpoint) Verdict {
 	case podNS != ns:
 		return Verdict{Reason: PodInOtherNamespace, Rule: rule, Message: fmt.Sprintf(
 			"endpoint %s names Pod %s/%s, outside the Service's namespace %s", e.Addr, podNS, e.PodName, ns)}
+	case finished:
+		return Verdict{Reason: PodFinished, Rule: rule, Message: fmt.Sprintf(
+			"endpoint %s names Pod %s/%s, which has finished (%s); a finished Pod's address may belong to another pod now", e.Addr, podNS, e.PodName, e.PodPhase)}
+	case e.PodNotVerified:
+		return Verdict{Reason: PodNotVerified, Rule: rule, Message: fmt.Sprintf(
+			"endpoint %s names Pod %s/%s, which the controller could not read this pass (its reads of Pods are rate-limited); it is checked again on a later pass", e.Addr, podNS, e.PodName)}
 	case e.PodAddrs == nil:
 		return Verdict{Reason: NotPodAddress, Rule: rule, Message: fmt.Sprintf(
 			"endpoint %s names Pod %s/%s, which does not exist", e.Addr, podNS, e.PodName)}

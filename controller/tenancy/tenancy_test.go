@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/stickydrain/stickydrain/controller/config"
@@ -99,6 +100,8 @@ func TestEndpoint(t *testing.T) {
 		}
 		return e
 	}
+	finished := func(e Endpoint, phase corev1.PodPhase) Endpoint { e.PodPhase = phase; return e }
+	unread := func(e Endpoint) Endpoint { e.PodNotVerified = true; return e }
 	tests := []struct {
 		name string
 		lb   string
@@ -113,6 +116,13 @@ func TestEndpoint(t *testing.T) {
 		{"pod does not exist", "edge", Endpoint{Addr: a("198.18.0.5"), PodName: "web-0"}, NotPodAddress},
 		{"another pod's address", "edge", pod("shop", "198.18.0.6"), NotPodAddress},
 		{"pod without an address yet", "edge", pod("shop"), NotPodAddress},
+		{"pod succeeded, its own address", "edge", finished(pod("shop", "198.18.0.5"), "Succeeded"), PodFinished},
+		{"pod failed, its own address", "edge", finished(pod("", "198.18.0.5"), "Failed"), PodFinished},
+		{"pod running, its own address", "edge", finished(pod("shop", "198.18.0.5"), "Running"), ""},
+		{"pod finished, in another namespace", "edge", finished(pod("bank", "198.18.0.5"), "Succeeded"), PodInOtherNamespace},
+		{"pod not read this pass", "edge", Endpoint{Addr: a("198.18.0.5"), PodName: "web-0", PodNotVerified: true}, PodNotVerified},
+		{"pod not read, whatever its addresses say", "edge", unread(pod("shop", "198.18.0.5")), PodNotVerified},
+		{"pod finished, allowed without pods", "open", finished(Endpoint{Addr: a("198.19.0.5"), PodName: "web-0", PodAddrs: []netip.Addr{a("198.19.0.5")}}, "Succeeded"), ""},
 		{"outside the CIDRs, even a pod's", "edge", Endpoint{Addr: a("169.254.169.254"), PodNamespace: "shop", PodName: "web-0", PodAddrs: []netip.Addr{a("169.254.169.254")}}, OutsideCIDRs},
 		{"no pod, allowed", "open", Endpoint{Addr: a("198.19.1.1")}, ""},
 		{"no pod, IPv6 CIDR", "open", Endpoint{Addr: a("fd00::1")}, ""},

@@ -30,6 +30,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
@@ -77,6 +78,7 @@ func generate(root, out string) error {
 		"metrics.md":       func(string) (string, error) { return metrics() },
 		"exit-status.md":   func(string) (string, error) { return exitStatus(c) },
 		"events.md":        func(string) (string, error) { return events(c) },
+		"bounds.md":        func(string) (string, error) { return bounds(c) },
 	}
 	names := make([]string, 0, len(pages))
 	for n := range pages {
@@ -469,6 +471,25 @@ func metrics() (string, error) {
 			}
 			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", m[1], kind, cell(labels), cell(strings.ReplaceAll(m[2], `\"`, `"`)))
 		}
+	}
+	return b.String(), nil
+}
+
+// bounds lists the bounds on what a namespace user writes (api/bounds.go).
+func bounds(c consts) (string, error) {
+	var b strings.Builder
+	b.WriteString("# Bounds\n\nEvery value stickydrain reads from what a namespace user writes (annotations, EndpointSlices, drainctl's flags) is checked against one of these where it is parsed, before any work is done with it; a value past its bound is refused with an error naming the field and the bound. docs/security.md says why each is there and which test proves it.\n\n| bound | value | what it bounds |\n|---|---|---|\n")
+	for _, name := range c.order {
+		v := c.values[name]
+		if !strings.HasPrefix(name, "Max") || v == nil || (v.Kind() != constant.Int && v.Kind() != constant.Float) {
+			continue
+		}
+		val := v.ExactString()
+		if name == "MaxDuration" {
+			d, _ := constant.Int64Val(v)
+			val = time.Duration(d).String()
+		}
+		fmt.Fprintf(&b, "| `api.%s` | %s | %s |\n", name, val, cell(withoutName(c.docs[name], name)))
 	}
 	return b.String(), nil
 }

@@ -381,3 +381,38 @@ func TestHelmLint(t *testing.T) {
 		}
 	}
 }
+
+// networkPolicy.apiServerCIDRs narrows the webhook's port to the API
+// server's addresses and leaves the metrics port as it was; a value that
+// is not a CIDR is refused by the schema, naming the field.
+func TestTheWebhookPortCanBeNarrowedToTheAPIServer(t *testing.T) {
+	objs := mustRender(t, map[string]any{"networkPolicy": map[string]any{"apiServerCIDRs": []any{"10.0.0.10/32", "fd00::1/128"}}})
+	var np *unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "NetworkPolicy" {
+			np = o
+		}
+	}
+	if np == nil {
+		t.Fatal("no NetworkPolicy rendered")
+	}
+	rules, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress")
+	from := map[string][]any{}
+	for _, r := range rules {
+		rule := r.(map[string]any)
+		ports, _, _ := unstructured.NestedSlice(rule, "ports")
+		src, _, _ := unstructured.NestedSlice(rule, "from")
+		for _, p := range ports {
+			from[fmt.Sprint(p.(map[string]any)["port"])] = src
+		}
+	}
+	if len(from["9443"]) != 2 || fmt.Sprint(from["9443"]) != "[map[ipBlock:map[cidr:10.0.0.10/32]] map[ipBlock:map[cidr:fd00::1/128]]]" {
+		t.Errorf("the webhook port's sources: %v; want the two CIDRs", from["9443"])
+	}
+	if src, ok := from["8443"]; !ok || len(src) != 0 {
+		t.Errorf("the metrics port's sources: %v (%v); want open (every scrape is authenticated)", src, ok)
+	}
+	if _, err := render(map[string]any{"networkPolicy": map[string]any{"apiServerCIDRs": []any{"the API server"}}}); err == nil || !strings.Contains(err.Error(), "apiServerCIDRs") {
+		t.Errorf("a CIDR that is not one: %v; want the schema to name networkPolicy.apiServerCIDRs", err)
+	}
+}

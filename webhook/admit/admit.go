@@ -34,6 +34,19 @@ import (
 type Metrics struct {
 	admissions *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
+	admitting  *prometheus.GaugeVec
+}
+
+func (m *Metrics) inFlight(d float64) {
+	if m != nil {
+		m.admitting.WithLabelValues("deciding").Add(d)
+	}
+}
+
+func (m *Metrics) waiting(d float64) {
+	if m != nil {
+		m.admitting.WithLabelValues("waiting").Add(d)
+	}
 }
 
 // NewMetrics registers the webhook metrics with reg.
@@ -48,8 +61,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time to decide one admission request, by webhook.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"webhook"}),
+		admitting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "stickydrain_webhook_admissions_in_flight",
+			Help: "Admission requests being decided (state=deciding, at most --max-concurrent-admissions) and waiting for their turn (state=waiting).",
+		}, []string{"state"}),
 	}
-	for _, c := range []prometheus.Collector{m.admissions, m.duration} {
+	for _, c := range []prometheus.Collector{m.admissions, m.duration, m.admitting} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering webhook metrics: %w", err)
 		}

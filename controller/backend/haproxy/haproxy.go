@@ -243,7 +243,7 @@ func (h *Instance) slots(ctx context.Context, run runFunc, upstream string) ([]s
 		h.noteUnknown(upstream, s)
 	}
 	if len(out) == 0 && !h.dynamic {
-		return nil, fmt.Errorf("haproxy %s: backend %s has no servers; give it a server-template", h.id, upstream)
+		return nil, fmt.Errorf("haproxy %s: backend %s has no servers; give it a server-template: %w", h.id, upstream, backend.ErrCannotHold)
 	}
 	return out, nil
 }
@@ -260,6 +260,9 @@ func parseServersState(answer string, dynamic bool) ([]slot, error) {
 		f := strings.Fields(line)
 		if len(f) < 19 {
 			// An error message: "Can't find backend.", etc.
+			if strings.Contains(answer, "Can't find backend") {
+				return nil, fmt.Errorf("%s: %w", strings.TrimSpace(answer), backend.ErrCannotHold)
+			}
 			return nil, errors.New(strings.TrimSpace(answer))
 		}
 		if dynamic && !strings.HasPrefix(f[3], dynamicPrefix) {
@@ -555,7 +558,7 @@ func (h *Instance) slotSteps(upstream string, slots []slot, changes []plan.Chang
 				continue
 			}
 			if len(free) == 0 {
-				errs[i] = fmt.Errorf("haproxy %s: backend %s: no free server-template slot for %s (all %d in use); raise the server-template count", h.id, upstream, ch.Addr, len(slots))
+				errs[i] = fmt.Errorf("haproxy %s: backend %s: no free server-template slot for %s (all %d in use); raise the server-template count: %w", h.id, upstream, ch.Addr, len(slots), backend.ErrCannotHold)
 				continue
 			}
 			s, free = free[0], free[1:]

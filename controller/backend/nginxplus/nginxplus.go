@@ -344,6 +344,9 @@ func (n *Instance) Servers(ctx context.Context, upstream string) (map[netip.Addr
 	if errCode(err) == "UpstreamNotFound" {
 		streams, serr := c.GetStreamServers(ctx, upstream)
 		if serr != nil {
+			if errCode(serr) == "UpstreamNotFound" {
+				serr = fmt.Errorf("%w: %w", serr, backend.ErrCannotHold)
+			}
 			return nil, fmt.Errorf("nginx-plus %s: upstream %s is neither an http nor a stream upstream: %w", n.id, upstream, serr)
 		}
 		n.mu.Lock()

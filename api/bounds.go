@@ -41,6 +41,12 @@ const (
 	// MaxUpstreams bounds the distinct entries of a Service's upstreams
 	// annotation (repeated entries count once).
 	MaxUpstreams = 32
+	// MaxStickyRulesPerNamespace bounds the sticky route rules of one
+	// namespace that the EnvoyPatchPolicy of a Gateway keeps: that policy
+	// is one object every tenant of the Gateway shares, and one tenant's
+	// thousands of rules must not push it past what the API server
+	// stores, making every tenant's update of it fail.
+	MaxStickyRulesPerNamespace = 100
 	// MaxUpstreamName bounds an upstream's name in the upstreams
 	// annotation, in characters: it ends up in Event actions and log
 	// lines.

@@ -229,6 +229,10 @@ const (
 	// backends actively; the rule is not kept (activeHealthChecks: refuse,
 	// the default) or is kept at a cost (allow).
 	ReasonActiveHealthCheck = "ActiveHealthCheck"
+	// ReasonStickyRuleLimit: the route's namespace has more sticky rules
+	// on the Gateway than api.MaxStickyRulesPerNamespace; the rules past
+	// the bound (by cluster name) are not kept sticky through drains.
+	ReasonStickyRuleLimit = "StickyRuleLimit"
 	// ReasonPolicyConflict (on the Gateway): an EnvoyPatchPolicy named
 	// stickydrain-<gateway> exists that the controller did not create; it
 	// is left alone and nothing is kept sticky on that Gateway.

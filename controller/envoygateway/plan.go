@@ -169,6 +169,22 @@ func Plan(in Input) []Outcome {
 		}
 	}
 	slices.SortFunc(out, func(a, b Outcome) int { return strings.Compare(a.Cluster, b.Cluster) })
+	// The policy is one object every tenant of the Gateway shares: each
+	// namespace keeps at most api.MaxStickyRulesPerNamespace rules in it,
+	// the first by cluster name, so that one tenant cannot make it too
+	// large for the API server and every tenant's update of it fail.
+	kept := map[string]int{}
+	for i := range out {
+		o := &out[i]
+		if !o.Kept {
+			continue
+		}
+		if kept[o.Route.Namespace]++; kept[o.Route.Namespace] > api.MaxStickyRulesPerNamespace {
+			o.Kept, o.Reason = false, api.ReasonStickyRuleLimit
+			o.Message = fmt.Sprintf("%s rule %d: not kept sticky through drains: namespace %s has more than %d sticky rules on Gateway %s (the first %d by cluster name are kept; they share one EnvoyPatchPolicy with every other tenant)",
+				o.Kind, o.Rule, o.Route.Namespace, api.MaxStickyRulesPerNamespace, in.Gateway, api.MaxStickyRulesPerNamespace)
+		}
+	}
 	return out
 }
 

@@ -2,6 +2,7 @@ package envoygateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -167,4 +168,40 @@ func TestHealthCheckOf(t *testing.T) {
 			}
 		})
 	}
+}
+
+// One namespace keeps at most api.MaxStickyRulesPerNamespace rules in the
+// Gateway's shared EnvoyPatchPolicy, the first by cluster name; another
+// namespace's rules are kept whatever the first writes.
+func TestOneNamespaceCannotFillTheSharedPolicy(t *testing.T) {
+	var routes []Route
+	for i := range 5000 {
+		routes = append(routes, Route{Kind: KindHTTPRoute, Namespace: "evil", Name: fmt.Sprintf("r%04d", i), Rules: []Rule{{Sticky: true, Backends: []Backend{svc("evil", "cart")}}}})
+	}
+	routes = append(routes, Route{Kind: KindHTTPRoute, Namespace: "shop", Name: "cart", Rules: []Rule{{Sticky: true, Backends: []Backend{svc("shop", "cart")}}}})
+	outs := Plan(Input{
+		Gateway: types.NamespacedName{Namespace: "gw", Name: "public"}, Routes: routes,
+		Allowed:       func(types.NamespacedName) tenancy.Verdict { return tenancy.Verdict{Allowed: true} },
+		OptedIn:       func(types.NamespacedName) bool { return true },
+		HealthChecked: func(Route) string { return "" },
+	})
+	kept, limited := map[string]int{}, 0
+	for _, o := range outs {
+		if o.Kept {
+			kept[o.Route.Namespace]++
+		} else if o.Reason == api.ReasonStickyRuleLimit {
+			limited++
+		}
+	}
+	if kept["evil"] != api.MaxStickyRulesPerNamespace || kept["shop"] != 1 || limited != 5000-api.MaxStickyRulesPerNamespace {
+		t.Errorf("kept %v, %d refused at the limit; want evil's first %d, shop's one", kept, limited, api.MaxStickyRulesPerNamespace)
+	}
+	b, err := json.Marshal(Patches(outs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > 256<<10 {
+		t.Errorf("the policy's patches are %d KiB", len(b)>>10)
+	}
+	t.Logf("the policy's patches: %d KiB for %d kept rules", len(b)>>10, kept["evil"]+kept["shop"])
 }

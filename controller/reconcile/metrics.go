@@ -34,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		servers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "stickydrain_controller_servers",
-			Help: "Desired servers of each mapped upstream, by state (active, draining, down).",
+			Help: "Desired servers of each mapped upstream that an instance of its load balancer has, by state (active, draining, down).",
 		}, []string{"lb", "upstream", "state"}),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stickydrain_controller_changes_total",

@@ -1,12 +1,15 @@
 package reconcile
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/plan"
 )
 
 // TestForgetDropsOnlyTheReleasedUpstreamsGauges: an upstream no Service
@@ -110,5 +113,39 @@ func TestCountersStartAtZero(t *testing.T) {
 	}
 	if _, ok := series()["stickydrain_controller_lb_errors_total{call=read,lb=edge}"]; !ok {
 		t.Errorf("edge's counts went with plus")
+	}
+}
+
+// An upstream name labels series only once an instance of the operator's
+// load balancer has read it: names a user writes into an annotation that
+// no instance has (thousands, across Services) make no series.
+func TestGaugesOnlyForUpstreamsAnInstanceHas(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Reconciler{Metrics: m}
+	counts := map[plan.State]int{plan.Active: 2}
+	for i := range 1000 {
+		r.recordGauges(upstreamRef{LB: "edge", Upstream: fmt.Sprintf("bogus%d", i)}, []instanceResult{{}, {}}, counts, time.Time{})
+	}
+	r.recordGauges(upstreamRef{LB: "edge", Upstream: "shop"}, []instanceResult{{}, {read: true}}, counts, time.Time{})
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstreams := map[string]bool{}
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "upstream" {
+					upstreams[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	if len(upstreams) != 1 || !upstreams["shop"] {
+		t.Errorf("series for upstreams %v; want shop's only", upstreams)
 	}
 }

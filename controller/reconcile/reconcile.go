@@ -375,7 +375,7 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 	if lb == nil {
 		return nil, true
 	}
-	want := r.observe(u, desired)
+	want, counts, oldest := r.observe(u, desired)
 	insts, err := r.instancesOf(ctx, lb)
 	if err != nil {
 		r.Metrics.lbErrors.WithLabelValues(u.LB, "discover").Inc()
@@ -388,20 +388,35 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 		wg.Go(func() { results[i] = r.applyOn(ctx, svc, lb, u, inst, want) })
 	}
 	wg.Wait()
-	r.recordSlots(u, results)
+	r.recordGauges(u, results, counts, oldest)
 	return r.settleDrains(u, desired, results)
 }
 
-// observe records the upstream's desired servers in the drain ledger and
-// its gauges, and returns the state each server should have.
-func (r *Reconciler) observe(u upstreamRef, desired map[netip.AddrPort]endpoints.Endpoint) map[netip.AddrPort]plan.State {
+// observe records the upstream's desired servers in the drain ledger, and
+// returns the state each server should have, how many there are in each
+// state and when the oldest drain began (for recordGauges).
+func (r *Reconciler) observe(u upstreamRef, desired map[netip.AddrPort]endpoints.Endpoint) (map[netip.AddrPort]plan.State, map[plan.State]int, time.Time) {
 	want := make(map[netip.AddrPort]plan.State, len(desired))
 	counts := map[plan.State]int{}
 	for a, e := range desired {
 		want[a] = e.State
 		counts[e.State]++
 	}
-	oldest := r.ledger.observe(u, desired, time.Now())
+	return want, counts, r.ledger.observe(u, desired, time.Now())
+}
+
+// recordGauges sets the upstream's gauges (servers by state, the oldest
+// drain, slots) once an instance has read it: an upstream name labels a
+// series only when the operator's load balancer has it, so that names a
+// user writes into an annotation, thousands of them, make no series.
+func (r *Reconciler) recordGauges(u upstreamRef, results []instanceResult, counts map[plan.State]int, oldest time.Time) {
+	read := false
+	for _, res := range results {
+		read = read || res.read
+	}
+	if !read {
+		return
+	}
 	for _, s := range []plan.State{plan.Active, plan.Draining, plan.Down} {
 		r.Metrics.servers.WithLabelValues(u.LB, u.Upstream, s.String()).Set(float64(counts[s]))
 	}
@@ -410,7 +425,7 @@ func (r *Reconciler) observe(u upstreamRef, desired map[netip.AddrPort]endpoints
 	} else {
 		r.Metrics.oldestDrain.WithLabelValues(u.LB, u.Upstream).Set(float64(oldest.UnixMilli()) / 1000)
 	}
-	return want
+	r.recordSlots(u, results)
 }
 
 // instanceResult is how one upstream's pass went on one instance: its
@@ -421,6 +436,8 @@ type instanceResult struct {
 	applied     map[netip.AddrPort]plan.Change
 	used, total int
 	bounded     bool
+	// read: the instance has the upstream and answered its read.
+	read bool
 }
 
 // applyOn reads the upstream's servers on one instance, plans the changes
@@ -445,6 +462,7 @@ func (r *Reconciler) applyOn(ctx context.Context, svc *corev1.Service, lb *confi
 		log.Error(err, "reading servers", "instance", inst.ID())
 		return res
 	}
+	res.read = true
 	if c, ok := inst.(backend.Capacity); ok {
 		res.used, res.total, res.bounded = c.Slots(u.Upstream)
 	}

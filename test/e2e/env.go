@@ -86,9 +86,10 @@ type Env struct {
 	// names for its binaries, or the images built and imported on the
 	// real node.
 	appImage, drainctlImage string
-	installed               bool   // Options.Install
-	drainctlDelivery        string // Options.DrainctlDelivery
-	probesOnly              bool   // Options.FrontProbesOnly
+	installed               bool     // Options.Install
+	drainctlDelivery        string   // Options.DrainctlDelivery
+	probesOnly              bool     // Options.FrontProbesOnly
+	alsoAllowed             []string // Options.AlsoAllowed
 	readiness               haproxytest.Readiness
 	controllerPprof         bool // Options.ControllerPprof
 }
@@ -144,6 +145,9 @@ type Options struct {
 	// rotation, which the partition and soak scenarios assert) or
 	// ReadyFilled, the sample's.
 	Readiness haproxytest.Readiness
+	// AlsoAllowed are namespaces the operator allows onto the load
+	// balancers beside the scenario's own (a second tenant).
+	AlsoAllowed []string
 	// RealNodeLock (with Node) is the machine's real-node lock, taken by
 	// the caller before its clock started (cluster.LockRealNode); Start
 	// waits for it otherwise.
@@ -199,6 +203,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	env.installed = opts.Install
 	env.drainctlDelivery = opts.DrainctlDelivery
 	env.probesOnly = opts.FrontProbesOnly
+	env.alsoAllowed = opts.AlsoAllowed
 	env.readiness = opts.Readiness
 	env.controllerPprof = opts.ControllerPprof
 	if opts.Node {
@@ -461,7 +466,7 @@ func (e *Env) controllerConfig() string {
 	}
 	// Only the app's namespace may map, only onto its own pods, only in
 	// the pod network: as an operator sharing the cluster would write it.
-	tenancy := fmt.Sprintf("    allowedNamespaces: {names: [%s]}\n    allowedCIDRs: [198.18.0.0/15]\n", Namespace)
+	tenancy := fmt.Sprintf("    allowedNamespaces: {names: [%s]}\n    allowedCIDRs: [198.18.0.0/15]\n", strings.Join(append([]string{Namespace}, e.alsoAllowed...), ", "))
 	mode := config.HAProxySlots
 	if e.flavour.Dynamic {
 		mode = config.HAProxyDynamic

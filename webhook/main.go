@@ -37,6 +37,7 @@ type Options struct {
 	certDir     string
 	port        int
 	maxInFlight int
+	clientCA    string
 	metricsAddr string
 	probeAddr   string
 	pprofAddr   string
@@ -50,6 +51,7 @@ type Options struct {
 func flagSet(o *Options) *pflag.FlagSet {
 	fs := cmdline.New("webhook")
 	o.cfg.BindFlags(fs)
+	fs.StringVar(&o.clientCA, "client-ca-file", "", "`file` of the CA bundle that signs the API server's client certificate: when set, the webhook answers only clients presenting a certificate it signs (the API server configured to present one to admission webhooks); read again when it changes")
 	fs.StringVar(&o.certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "`directory` holding tls.crt and tls.key; reloaded when they change (cert-manager rotation)")
 	fs.IntVar(&o.port, "port", 9443, "webhook HTTPS `port`")
 	fs.IntVar(&o.maxInFlight, "max-concurrent-admissions", admit.DefaultMaxInFlight, "how many admissions are decided at once (a `count`); more wait their turn, which bounds the replica's memory under a burst")
@@ -81,6 +83,13 @@ func Run(ctx context.Context, o Options) error {
 	if o.maxInFlight < 1 {
 		return bootstrap.Usage(fmt.Errorf("--max-concurrent-admissions=%d: want 1 or more", o.maxInFlight))
 	}
+	tlsOpts := o.serving.TLSOpts()
+	if o.clientCA != "" {
+		if err := serving.CheckClientCA(o.clientCA); err != nil {
+			return bootstrap.Usage(err)
+		}
+		tlsOpts = append(tlsOpts, serving.ClientCA(o.clientCA))
+	}
 	var server *admit.LimitedServer
 	mgr, log, err := bootstrap.Manager(bootstrap.Options{
 		Component: "webhook", Zap: o.zap,
@@ -89,7 +98,7 @@ func Run(ctx context.Context, o Options) error {
 		// reporter waits for the Lease.
 		LeaderElect: o.leaderElect, LeaderElectionNamespace: o.leaderNS,
 		Tune: func(mo *ctrl.Options) {
-			server = admit.NewLimitedServer(webhook.NewServer(webhook.Options{Port: o.port, CertDir: o.certDir, TLSOpts: o.serving.TLSOpts()}), o.maxInFlight)
+			server = admit.NewLimitedServer(webhook.NewServer(webhook.Options{Port: o.port, CertDir: o.certDir, TLSOpts: tlsOpts}), o.maxInFlight)
 			mo.WebhookServer = server
 			// The dry-run reporter's pods, and only those.
 			mo.Cache.ByObject = dryrun.CacheByObject()

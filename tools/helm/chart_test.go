@@ -416,3 +416,28 @@ func TestTheWebhookPortCanBeNarrowedToTheAPIServer(t *testing.T) {
 		t.Errorf("a CIDR that is not one: %v; want the schema to name networkPolicy.apiServerCIDRs", err)
 	}
 }
+
+// webhook.clientCA.configMap mounts the API server's client CA and makes
+// the webhook answer only clients it signs; unset, neither is rendered.
+func TestTheWebhookCanAnswerOnlyTheAPIServer(t *testing.T) {
+	for _, c := range []struct {
+		vals map[string]any
+		want bool
+	}{{map[string]any{}, false}, {map[string]any{"webhook": map[string]any{"clientCA": map[string]any{"configMap": "apiserver-client-ca"}}}, true}} {
+		var args []any
+		var volumes []any
+		for _, o := range mustRender(t, c.vals) {
+			if o.GetKind() != "Deployment" || o.GetName() != "stickydrain-webhook" {
+				continue
+			}
+			ctrs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			args, _, _ = unstructured.NestedSlice(ctrs[0].(map[string]any), "args")
+			volumes, _, _ = unstructured.NestedSlice(o.Object, "spec", "template", "spec", "volumes")
+		}
+		hasArg := strings.Contains(fmt.Sprint(args), "--client-ca-file=/client-ca/ca.crt")
+		hasVolume := strings.Contains(fmt.Sprint(volumes), "apiserver-client-ca")
+		if hasArg != c.want || hasVolume != c.want {
+			t.Errorf("values %v: --client-ca-file %v, its ConfigMap mounted %v; want %v", c.vals, hasArg, hasVolume, c.want)
+		}
+	}
+}

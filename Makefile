@@ -114,8 +114,8 @@ docs: ## Write the reference pages of docs/reference from the code (annotations,
 	cd tools/dashboards && $(GO) run . --root ../..
 
 .PHONY: fuzz
-fuzz: ## Fuzz drainctl's parsers, the webhook's annotation parsing, the controller's configuration and upstreams annotation, FUZZTIME each (default 30s).
-	@for pkg in ./drainctl/source ./webhook/inject ./controller/config ./controller/reconcile; do \
+fuzz: ## Fuzz the regexp bound, drainctl's parsers, the webhook's annotation parsing, the controller's configuration and upstreams annotation, FUZZTIME each (default 30s).
+	@for pkg in ./api/params ./drainctl/source ./webhook/inject ./controller/config ./controller/reconcile; do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-30s} $$pkg || exit 1; \
 	  done; \

@@ -2,6 +2,7 @@ package params
 
 import (
 	"math"
+	"regexp/syntax"
 	"runtime"
 	"strconv"
 	"strings"
@@ -109,4 +110,33 @@ func allocated(f func()) uint64 {
 	f()
 	runtime.ReadMemStats(&after)
 	return after.TotalAlloc - before.TotalAlloc
+}
+
+// FuzzProgramSize: the estimate a regular expression is checked against
+// is never below the instructions Go's compiler makes of it, so that no
+// expression compiles to more than api.MaxRegexpProgram unnoticed.
+func FuzzProgramSize(f *testing.F) {
+	for _, s := range []string{"DRAINING", "a{2,5}b*", "(?i)x{0,}y{3,}", "(a|bc){10}[^z]{1000}", "((a{10}){10}){10}", `\pL{1000}`, "a{1000}b{1000}c{1000}", "(?:(?:a+)?){5}"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, expr string) {
+		if len(expr) > api.MaxRegexpLength {
+			return
+		}
+		parsed, err := syntax.Parse("(?i)"+expr, syntax.Perl)
+		if err != nil {
+			return
+		}
+		est := estimate(parsed)
+		if est > api.MaxRegexpProgram {
+			return // refused before compiling
+		}
+		prog, err := syntax.Compile(parsed.Simplify())
+		if err != nil {
+			return
+		}
+		if len(prog.Inst) > est {
+			t.Fatalf("%q: estimated %d instructions, the compiler made %d", expr, est, len(prog.Inst))
+		}
+	})
 }

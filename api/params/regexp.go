@@ -29,7 +29,7 @@ func compileBounded(expr, full string) (*regexp.Regexp, error) {
 	if err != nil {
 		return nil, fmt.Errorf("is not a regular expression: %w", err)
 	}
-	if n := programSize(parsed, api.MaxRegexpProgram); n > api.MaxRegexpProgram {
+	if n := estimate(parsed); n > api.MaxRegexpProgram {
 		return nil, fmt.Errorf("expands to more than %d instructions (counted repetitions are expanded: [a-z]{1000} ten times is 10000); want a simpler expression", api.MaxRegexpProgram)
 	}
 	re, err := regexp.Compile(full)
@@ -37,6 +37,12 @@ func compileBounded(expr, full string) (*regexp.Regexp, error) {
 		return nil, fmt.Errorf("is not a regular expression: %w", err)
 	}
 	return re, nil
+}
+
+// estimate is programSize of a whole expression: with the instructions
+// every program has (a fail, the match, and the whole match's capture).
+func estimate(re *syntax.Regexp) int {
+	return programSize(re, api.MaxRegexpProgram) + 4
 }
 
 // programSize estimates the instructions re compiles to, counted

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -72,7 +73,8 @@ func TestParseUpstreamsIsBounded(t *testing.T) {
 // safe in a Runtime API command and an Event action.
 func FuzzParseUpstreams(f *testing.F) {
 	cfg := testConfig(f)
-	for _, s := range []string{"edge/shop", "edge/shop,plus/shop", " edge/a , ", "edge/a;b", "x/y/z", "edge/\x00"} {
+	for _, s := range []string{"edge/shop", "edge/shop,plus/shop", " edge/a , ", "edge/a;b", "x/y/z", "edge/\x00",
+		strings.Repeat("edge/a,", 5000), strings.Repeat("edge/a,edge/b,edge/c,edge/d,edge/e,edge/f,edge/g,edge/h,", 5)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
@@ -80,7 +82,13 @@ func FuzzParseUpstreams(f *testing.F) {
 		if err != nil {
 			return
 		}
-		for _, u := range ups {
+		if len(ups) > api.MaxUpstreams {
+			t.Fatalf("accepted %d upstreams; the bound is %d", len(ups), api.MaxUpstreams)
+		}
+		for i, u := range ups {
+			if slices.Contains(ups[:i], u) {
+				t.Fatalf("%v twice in %v", u, ups)
+			}
 			if (u.LB != "edge" && u.LB != "plus") || !config.UpstreamNameRE.MatchString(u.Upstream) || len(u.Upstream) > api.MaxUpstreamName {
 				t.Fatalf("accepted %q as %v", v, u)
 			}

@@ -1,6 +1,7 @@
 package source
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -67,10 +68,15 @@ func FuzzParseAuto(f *testing.F) {
 
 func FuzzMetricSelector(f *testing.F) {
 	f.Add(`m{a="b",c!="d",e=~"f.*",g!~"h"}`)
+	f.Add(`m{a=~"` + strings.Repeat(`\pL{1000}`, 100) + `"}`)
+	f.Add("m{" + strings.Repeat(`a="b",`, 20) + "}")
 	f.Fuzz(func(t *testing.T, s string) {
 		sel, err := params.ParseMetricSelector(s)
 		if err == nil && sel.Name == "" {
 			t.Fatalf("accepted %q with no metric name", s)
+		}
+		if err == nil && (len(s) > api.MaxValueLength || len(sel.Matchers) > api.MaxMetricMatchers) {
+			t.Fatalf("accepted %d bytes, %d matchers: past the bounds", len(s), len(sel.Matchers))
 		}
 	})
 }

@@ -86,7 +86,7 @@ lint: ## gofmt check, go vet, staticcheck, actionlint on the workflows, helm lin
 test: deps test-parts ## Unit, integration and end-to-end tests (-race) on a real local control plane, against HAProxy 2.6, 3.0 and 3.2, haproxy-ingress and Traefik, and on a real node (kubelet, containerd, runc).
 	@# Each part is asked for first: one that fails (an HAProxy version of
 	@# the matrix missing, say) fails the run, never leaves a test to fall
-	@# back on what the machine has. Two lanes at once (test/tools/test-lanes.sh):
+	@# back on what the machine has. Lanes at once (test/tools/test-lanes.sh):
 	@# test/e2e in one, every other package one at a time (-p 1) in the other.
 	k8s="$$(test/tools/build.sh)" && haproxy="$$(test/tools/haproxy.sh)" && peers="$$(test/peers/build.sh)" && \
 	  containerd="$$(test/tools/containerd.sh)" && \

@@ -124,8 +124,11 @@ const (
 	// grace period, for the app's own shutdown after SIGTERM. Default 30s.
 	AnnotationShutdownMargin = Prefix + "shutdown-margin"
 	// AnnotationKeepPreStop, "true", keeps an existing exec preStop hook of
-	// the target container: drainctl runs it first, then waits. Without
-	// it, a pod whose target container has a preStop hook is refused.
+	// the target container: drainctl runs it first, then waits. A sleep or
+	// httpGet preStop hook is kept without it (drainctl sleeps or calls it
+	// first, and the grace period counts it); without it, a pod whose
+	// target container has an exec preStop hook is refused, and a
+	// tcpSocket one is refused either way.
 	AnnotationKeepPreStop = Prefix + "keep-prestop"
 	// AnnotationStatus is set by the webhook to "injected" on the pods it
 	// mutated; a pod carrying it is left alone.
@@ -163,7 +166,9 @@ const DefaultContainerAnnotation = "kubectl.kubernetes.io/default-container"
 // Service annotations, read by the controller.
 const (
 	// AnnotationUpstreams maps a Service onto load-balancer upstreams:
-	// "<lb>/<upstream>[,<lb>/<upstream>…]", lb a name from the configuration.
+	// "<lb>/<upstream>[,<lb>/<upstream>…]", lb a name from the configuration;
+	// at most 32 distinct entries (repeats count once), upstream names of
+	// up to 100 letters, digits, _ . : - (docs/reference/bounds.md).
 	AnnotationUpstreams = Prefix + "upstreams"
 	// AnnotationPort picks the Service port (name or number) whose
 	// endpoints become servers. Default: the only port.
@@ -202,8 +207,12 @@ const (
 	// ReasonUpstreamNotAllowed: the configuration does not give the
 	// Service's Namespace the upstream it maps.
 	ReasonUpstreamNotAllowed = "UpstreamNotAllowed"
-	// ReasonEndpointNotAllowed: an endpoint's address is outside the load
-	// balancer's allowedCIDRs.
+	// ReasonEndpointNotAllowed: an endpoint may not become a server of the
+	// load balancer: its address is outside allowedCIDRs, it names no Pod,
+	// a Pod of another namespace, a Pod that does not have that address or
+	// has finished, or a Pod the controller could not read yet (tried again
+	// on a later pass). At most 10 a Service and pass, then one counting
+	// the rest.
 	ReasonEndpointNotAllowed = "EndpointNotAllowed"
 	// ReasonConfigurationRefused: a configuration change that would take
 	// servers out of live upstreams is held.

@@ -102,7 +102,7 @@ func TestTheDocsConfigurationsParseAndTheThreatModelsTestsExist(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sources strings.Builder
-	for _, dir := range []string{"controller", "webhook", "manifests"} {
+	for _, dir := range []string{"api", "controller", "drainctl", "internal", "manifests", "test", "tools", "webhook"} {
 		_ = filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
 			if err == nil && strings.HasSuffix(path, "_test.go") {
 				b, _ := os.ReadFile(path)

@@ -59,8 +59,10 @@ func TestAHostileTenantCannotStopARollout(t *testing.T) {
 	conns := watchRuntimeConnections(ctx, env)
 
 	// Refused at admission, each naming its annotation and bound.
-	bomb := strings.Repeat(`\pL{1000}`, 100) // 900 bytes; 95 MiB a matcher on main
-	matchers := fmt.Sprintf(`m{a=~"%[1]s",b=~"%[1]s",c!~"%[1]s",d=~"%[1]s"}`, bomb)
+	bomb := strings.Repeat(`\pL{1000}`, 100) // 900 bytes: 100,000 instructions, 24 MiB allocated to compile it on main
+	small := strings.Repeat(`\pL{1000}`, 20)
+	// In a selector, as in PromQL, a backslash is written twice.
+	matchers := fmt.Sprintf(`m{a=~"%[1]s",b=~"%[1]s",c!~"%[1]s",d=~"%[1]s"}`, strings.ReplaceAll(small, `\`, `\\`))
 	if err := k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hostile, Labels: map[string]string{api.OptInLabel: api.LabelEnabled}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +72,7 @@ func TestAHostileTenantCannotStopARollout(t *testing.T) {
 		want        string
 	}{
 		{"a pattern that expands to 100,000 instructions", map[string]string{api.AnnotationFormat: api.FormatMatch, api.AnnotationPattern: bomb}, "expands to more than"},
-		{"four metric matchers of the same", map[string]string{api.AnnotationFormat: api.FormatPrometheus, api.AnnotationMetric: matchers}, "expands to more than"},
+		{"four metric matchers of 20,000 instructions each", map[string]string{api.AnnotationFormat: api.FormatPrometheus, api.AnnotationMetric: matchers}, "expands to more than"},
 		{"a shutdown margin that overflows the grace period", map[string]string{api.AnnotationMaxWait: "720h", api.AnnotationShutdownMargin: "2562047h"}, api.AnnotationShutdownMargin},
 		{"a max-wait past the bound", map[string]string{api.AnnotationMaxWait: "2562047h"}, "too long"},
 	}
@@ -82,7 +84,10 @@ func TestAHostileTenantCannotStopARollout(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), r.want) {
 			t.Errorf("a Deployment with %s: %v; want it refused naming %q", r.what, err, r.want)
 		}
-		err = k.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: hostile, Name: fmt.Sprintf("bomb-%d", i), Annotations: r.annotations}, Spec: tmpl.Spec})
+		// A bare pod opts in by its own label (the Namespace's opts in the
+		// pods of workloads).
+		err = k.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: hostile, Name: fmt.Sprintf("bomb-%d", i), Annotations: r.annotations,
+			Labels: map[string]string{api.OptInLabel: api.LabelEnabled}}, Spec: tmpl.Spec})
 		if err == nil || !strings.Contains(err.Error(), r.want) {
 			t.Errorf("a pod with %s: %v; want it refused naming %q", r.what, err, r.want)
 		}
@@ -92,7 +97,7 @@ func TestAHostileTenantCannotStopARollout(t *testing.T) {
 	must.OK(t, k.Get(ctx, client.ObjectKey{Name: hostile}, &ns))
 	ns.Annotations = map[string]string{api.AnnotationFormat: api.FormatPrometheus, api.AnnotationMetric: matchers}
 	must.OK(t, k.Update(ctx, &ns))
-	if err := k.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: hostile, Name: "from-namespace"},
+	if err := k.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: hostile, Name: "from-namespace", Labels: map[string]string{api.OptInLabel: api.LabelEnabled}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: env.appImage}}}}); err == nil || !strings.Contains(err.Error(), "expands to more than") {
 		t.Errorf("a pod under the Namespace's bomb: %v; want it refused", err)
 	}
@@ -196,7 +201,8 @@ func peakRSS(pid int) (int64, error) {
 
 // connWatch samples, every 20 ms, the connections open on each
 // instance's Runtime API socket (/proc/net/unix: the accepted sockets
-// carry the listener's path), and keeps the most seen at once.
+// carry the path the listener was bound to), and keeps the most seen at
+// once.
 type connWatch struct {
 	mu   sync.Mutex
 	most []int
@@ -220,7 +226,8 @@ func watchRuntimeConnections(ctx context.Context, env *Env) *connWatch {
 						continue
 					}
 					for i, h := range hs {
-						if f[7] == h.Socket {
+						// HAProxy binds <socket>.<pid>.tmp and renames it.
+						if f[7] == h.Socket || strings.HasPrefix(f[7], h.Socket+".") {
 							counts[i]++
 						}
 					}

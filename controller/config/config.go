@@ -128,6 +128,15 @@ type LoadBalancer struct {
 	// Upstreams give single upstreams their own allowed namespaces, or pin
 	// them to one Service.
 	Upstreams []Upstream `json:"upstreams,omitempty"`
+	// ListedUpstreamsOnly: only the upstreams listed under upstreams are
+	// the controller's, and allowedNamespaces covers those alone; a
+	// Service mapping any other backend of the load balancer (the
+	// operator's own: an admin backend, a static one) is refused with
+	// UpstreamNotAllowed (reason NotListed). Default false:
+	// allowedNamespaces covers every backend of the load balancer's
+	// instances. Set it whenever they have backends that are not the
+	// controller's.
+	ListedUpstreamsOnly bool `json:"listedUpstreamsOnly,omitempty"`
 	// AllowEndpointsWithoutPods lets endpoints that are not one of a Pod's
 	// own addresses in the Service's namespace (selector-less Services,
 	// hand-written EndpointSlices) become servers. Default false: they are
@@ -420,8 +429,8 @@ func validateTenancy(f string, lb LoadBalancer, bad func(field, format string, a
 				bad(uf+".allowedNamespaces", "give owner or allowedNamespaces, not both: an owner is the only Service that may map the upstream")
 			}
 		}
-		if u.Owner == "" && u.AllowedNamespaces == nil {
-			bad(uf, "want owner or allowedNamespaces")
+		if u.Owner == "" && u.AllowedNamespaces == nil && !lb.ListedUpstreamsOnly {
+			bad(uf, "want owner or allowedNamespaces (or listedUpstreamsOnly: true, where a name alone lists an upstream as the controller's)")
 		}
 	}
 	for j, c := range lb.AllowedCIDRs {
@@ -479,6 +488,9 @@ func (c *Config) Warnings() []string {
 	for _, lb := range c.LoadBalancers {
 		if lb.AllowedNamespaces == nil && len(lb.Upstreams) == 0 {
 			out = append(out, fmt.Sprintf("load balancer %s allows no namespace: every Service mapping onto it is refused (UpstreamNotAllowed) until allowedNamespaces or upstreams say who may", lb.Name))
+		}
+		if lb.ListedUpstreamsOnly && len(lb.Upstreams) == 0 {
+			out = append(out, fmt.Sprintf("load balancer %s lists no upstream and sets listedUpstreamsOnly: every Service mapping onto it is refused (UpstreamNotAllowed, NotListed) until upstreams lists the controller's", lb.Name))
 		}
 		if lb.AllowedNamespaces != nil && lb.AllowedNamespaces.All {
 			out = append(out, fmt.Sprintf("load balancer %s allows every namespace (allowedNamespaces.all): any namespace user can map a Service onto its upstreams", lb.Name))

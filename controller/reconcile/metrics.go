@@ -63,7 +63,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"lb"}),
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stickydrain_controller_refusals_total",
-			Help: "Mappings and endpoints refused by the tenancy rules, by load balancer and reason (NoRule, NamespaceNotAllowed, Pinned, UnknownLoadBalancer, OutsideCIDRs, WithoutPod, PodInOtherNamespace, NotPodAddress, PodFinished, PodNotVerified); counted on each pass that refuses them.",
+			Help: "Mappings and endpoints refused by the tenancy rules, by load balancer and reason (NoRule, NamespaceNotAllowed, Pinned, UnknownLoadBalancer, NotListed, OutsideCIDRs, WithoutPod, PodInOtherNamespace, NotPodAddress, PodFinished, PodNotVerified); counted on each pass that refuses them.",
 		}, []string{"lb", "reason"}),
 		configs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stickydrain_controller_config_changes_total",

@@ -50,6 +50,9 @@ const (
 	NamespaceNotAllowed Reason = "NamespaceNotAllowed"
 	Pinned              Reason = "Pinned"
 	UnknownLoadBalancer Reason = "UnknownLoadBalancer"
+	// NotListed: the load balancer sets listedUpstreamsOnly and does not
+	// list the upstream: it is not the controller's.
+	NotListed Reason = "NotListed"
 )
 
 // Reasons for refusing an endpoint.
@@ -71,7 +74,7 @@ const (
 
 // Reasons are every Reason, claims' then endpoints'.
 func Reasons() []Reason {
-	return []Reason{NoRule, NamespaceNotAllowed, Pinned, UnknownLoadBalancer, OutsideCIDRs, WithoutPod, PodInOtherNamespace, NotPodAddress, PodFinished, PodNotVerified}
+	return []Reason{NoRule, NamespaceNotAllowed, Pinned, UnknownLoadBalancer, NotListed, OutsideCIDRs, WithoutPod, PodInOtherNamespace, NotPodAddress, PodFinished, PodNotVerified}
 }
 
 // Verdict is a decision: allowed, or refused for a reason, with the rule
@@ -97,6 +100,7 @@ type lbRules struct {
 	name        string
 	namespaces  *nsRule // nil: none
 	upstreams   map[string]*upRule
+	listedOnly  bool
 	withoutPods bool
 	cidrs       []netip.Prefix
 }
@@ -129,7 +133,7 @@ func New(cfg *config.Config) (*Policy, error) {
 	}
 	for _, lb := range cfg.LoadBalancers {
 		f := "loadBalancers[" + lb.Name + "]"
-		r := &lbRules{name: lb.Name, upstreams: map[string]*upRule{}, withoutPods: lb.AllowEndpointsWithoutPods}
+		r := &lbRules{name: lb.Name, upstreams: map[string]*upRule{}, listedOnly: lb.ListedUpstreamsOnly, withoutPods: lb.AllowEndpointsWithoutPods}
 		var err error
 		if r.namespaces, err = compile(f+".allowedNamespaces", lb.AllowedNamespaces); err != nil {
 			return nil, err
@@ -236,6 +240,13 @@ func (p *Policy) Claim(lb, upstream string, svc types.NamespacedName, nsLabels m
 		}
 		if u.namespaces != nil {
 			return u.namespaces.decide(target, svc, nsLabels)
+		}
+	}
+	if r.listedOnly {
+		field := "loadBalancers[" + lb + "].listedUpstreamsOnly"
+		if r.upstreams[upstream] == nil {
+			return Verdict{Reason: NotListed, Rule: field, Message: fmt.Sprintf(
+				"upstream %s is not listed under loadBalancers[%s].upstreams, and %s is set: only the listed backends are the controller's", target, lb, field)}
 		}
 	}
 	if r.namespaces == nil {

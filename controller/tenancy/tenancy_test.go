@@ -33,6 +33,14 @@ loadBalancers:
     allowedNamespaces: {all: true}
     allowEndpointsWithoutPods: true
     allowedCIDRs: [198.18.0.0/15, "fd00::/64"]
+  - name: listed
+    type: haproxy
+    instances: {static: ["tcp://127.0.0.1:4"]}
+    allowedNamespaces: {names: [shop, evil]}
+    listedUpstreamsOnly: true
+    upstreams:
+      - {name: web}
+      - {name: cart, allowedNamespaces: {names: [shop]}}
 envoyGateway:
   gateways:
     - {namespace: gw, name: public, allowedNamespaces: {names: [shop], selector: {matchLabels: {tenant: web}}}}
@@ -75,6 +83,13 @@ func TestClaim(t *testing.T) {
 		{"closed", "shop", "shop", "shop", web, NoRule, "loadBalancers[closed].allowedNamespaces"},
 		{"open", "any", "anyone", "x", nil, "", "loadBalancers[open].allowedNamespaces"},
 		{"nope", "shop", "shop", "shop", nil, UnknownLoadBalancer, "loadBalancers"},
+		// listedUpstreamsOnly: the load balancer's rule covers the listed
+		// upstreams only, never the operator's other backends.
+		{"listed", "web", "evil", "web", nil, "", "loadBalancers[listed].allowedNamespaces"},
+		{"listed", "cart", "shop", "cart", nil, "", "loadBalancers[listed].upstreams[cart].allowedNamespaces"},
+		{"listed", "cart", "evil", "cart", nil, NamespaceNotAllowed, "loadBalancers[listed].upstreams[cart].allowedNamespaces"},
+		{"listed", "admin", "shop", "admin", nil, NotListed, "loadBalancers[listed].listedUpstreamsOnly"},
+		{"listed", "stats", "evil", "x", nil, NotListed, "loadBalancers[listed].listedUpstreamsOnly"},
 	}
 	for _, tt := range tests {
 		v := p.Claim(tt.lb, tt.upstream, types.NamespacedName{Namespace: tt.ns, Name: tt.name}, tt.labels)

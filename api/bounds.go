@@ -23,9 +23,10 @@ const (
 	// or `!~` matcher of metric), in bytes.
 	MaxRegexpLength = 1024
 	// MaxRegexpProgram bounds the size of a regular expression once its
-	// counted repetitions are expanded (`[a-z]{1000}` ten times is 10,000), measured
-	// on the parsed expression before it is compiled: a short expression
-	// can compile to hundreds of MiB.
+	// counted repetitions are expanded (`a{1000}` ten times is 10,000), a
+	// character class counting one per range of characters (`\pL` over
+	// 300), measured on the parsed expression before it is compiled: a
+	// short expression can compile to hundreds of MiB.
 	MaxRegexpProgram = 10000
 	// MaxMetricMatchers bounds the label matchers of metric.
 	MaxMetricMatchers = 16
@@ -47,6 +48,11 @@ const (
 	// thousands of rules must not push it past what the API server
 	// stores, making every tenant's update of it fail.
 	MaxStickyRulesPerNamespace = 100
+	// MaxStickyRulesPerGateway bounds the sticky rules a Gateway's
+	// EnvoyPatchPolicy keeps in all, whatever the namespaces: a rule's
+	// patch is up to about 550 bytes (its cluster's name), so the policy
+	// stays under 1 MiB, well within what the API server stores.
+	MaxStickyRulesPerGateway = 1500
 	// MaxUpstreamName bounds an upstream's name in the upstreams
 	// annotation, in characters: it ends up in Event actions and log
 	// lines.

@@ -57,7 +57,7 @@ func flagSet(o *Options) *pflag.FlagSet {
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "`address` of the metrics endpoint; 0 disables it")
 	o.serving.Bind(fs)
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "`address` of /healthz and /readyz")
-	fs.IntVar(&o.concurrency, "concurrent-reconciles", 8, "how many Services are brought in step at once (a burst of drains across Services waits for no other)")
+	fs.IntVar(&o.concurrency, "concurrent-reconciles", 8, "how many Services are brought in step at once (a burst of drains across Services waits for no other); also the most passes, so Runtime API connections, open at once on one load-balancer instance: keep it under HAProxy's stats socket maxconn (10 by default) less two")
 	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", "`address` of Go's /debug/pprof profiles, for diagnosis; empty (the default) disables them")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader, so that of several replicas one acts at a time")
 	fs.StringVar(&o.leaderNS, "leader-election-namespace", "", "`namespace` of the leader-election Lease (default: the pod's own)")

@@ -1,6 +1,7 @@
 package params
 
 import (
+	"fmt"
 	"math"
 	"regexp/syntax"
 	"runtime"
@@ -139,4 +140,32 @@ func FuzzProgramSize(f *testing.F) {
 			t.Fatalf("%q: estimated %d instructions, the compiler made %d", expr, est, len(prog.Inst))
 		}
 	})
+}
+
+// What is accepted at the bounds costs little to compile: sixteen
+// matchers, each as large as MaxRegexpProgram lets a class-heavy
+// expression be. Counting a class as one instruction let sixteen \pL{990}
+// through, which allocated 125 MiB to compile.
+func TestTheLargestAcceptedSelectorIsCheap(t *testing.T) {
+	// The largest repetition of \pL each matcher may hold.
+	n := 1
+	for ; n < 1000; n++ {
+		if _, err := CompilePattern(fmt.Sprintf(`\pL{%d}`, n+1)); err != nil {
+			break
+		}
+	}
+	var ms []string
+	for i := range api.MaxMetricMatchers {
+		ms = append(ms, fmt.Sprintf(`l%d=~"\\pL{%d}"`, i, n))
+	}
+	sel := "m{" + strings.Join(ms, ",") + "}"
+	var err error
+	alloc := allocated(func() { _, err = ParseMetricSelector(sel) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("16 matchers of \\pL{%d}: %d KiB allocated", n, alloc>>10)
+	if alloc > 32<<20 {
+		t.Errorf("the largest accepted selector allocated %d MiB; want under 32", alloc>>20)
+	}
 }

@@ -46,8 +46,8 @@ func estimate(re *syntax.Regexp) int {
 }
 
 // programSize estimates the instructions re compiles to, counted
-// repetitions expanded as the compiler expands them, from above: never
-// less than the compiler's count. It stops counting past limit (and
+// repetitions expanded as the compiler expands them and a character class
+// weighed by its ranges, from above: never less than the compiler's count. It stops counting past limit (and
 // returns a number above it), so that it costs nothing like what it
 // measures.
 func programSize(re *syntax.Regexp, limit int) int {
@@ -55,6 +55,11 @@ func programSize(re *syntax.Regexp, limit int) int {
 	switch re.Op {
 	case syntax.OpLiteral:
 		return sat(len(re.Rune) + 1)
+	case syntax.OpCharClass:
+		// One instruction, but what a class costs grows with its ranges:
+		// a matcher anchored at both ends compiles one-pass, which copies
+		// each class and builds a table of its ranges (\pL has hundreds).
+		return sat(1 + len(re.Rune)/2)
 	case syntax.OpCapture:
 		return sat(2 + programSize(re.Sub[0], limit))
 	case syntax.OpStar, syntax.OpPlus, syntax.OpQuest:

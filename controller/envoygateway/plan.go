@@ -173,7 +173,7 @@ func Plan(in Input) []Outcome {
 	// namespace keeps at most api.MaxStickyRulesPerNamespace rules in it,
 	// the first by cluster name, so that one tenant cannot make it too
 	// large for the API server and every tenant's update of it fail.
-	kept := map[string]int{}
+	kept, total := map[string]int{}, 0
 	for i := range out {
 		o := &out[i]
 		if !o.Kept {
@@ -183,6 +183,12 @@ func Plan(in Input) []Outcome {
 			o.Kept, o.Reason = false, api.ReasonStickyRuleLimit
 			o.Message = fmt.Sprintf("%s rule %d: not kept sticky through drains: namespace %s has more than %d sticky rules on Gateway %s (the first %d by cluster name are kept; they share one EnvoyPatchPolicy with every other tenant)",
 				o.Kind, o.Rule, o.Route.Namespace, api.MaxStickyRulesPerNamespace, in.Gateway, api.MaxStickyRulesPerNamespace)
+			continue
+		}
+		if total++; total > api.MaxStickyRulesPerGateway {
+			o.Kept, o.Reason = false, api.ReasonStickyRuleLimit
+			o.Message = fmt.Sprintf("%s rule %d: not kept sticky through drains: Gateway %s has more than %d sticky rules in all (the first %d by cluster name are kept); split the routes over more Gateways",
+				o.Kind, o.Rule, in.Gateway, api.MaxStickyRulesPerGateway, api.MaxStickyRulesPerGateway)
 		}
 	}
 	return out

@@ -205,3 +205,41 @@ func TestOneNamespaceCannotFillTheSharedPolicy(t *testing.T) {
 	}
 	t.Logf("the policy's patches: %d KiB for %d kept rules", len(b)>>10, kept["evil"]+kept["shop"])
 }
+
+// However many namespaces share a Gateway, its policy keeps at most
+// api.MaxStickyRulesPerGateway rules, each namespace within its own bound,
+// and stays well under what the API server stores even with the longest
+// names.
+func TestTheSharedPolicyIsBoundedWhateverTheNamespaces(t *testing.T) {
+	var routes []Route
+	long := strings.Repeat("n", 63)
+	for ns := range 40 {
+		for r := range api.MaxStickyRulesPerNamespace {
+			routes = append(routes, Route{Kind: KindHTTPRoute, Namespace: fmt.Sprintf("%s%02d", long[:61], ns), Name: fmt.Sprintf("%s%04d", strings.Repeat("r", 249), r),
+				Rules: []Rule{{Sticky: true, Backends: []Backend{svc("x", "y")}}}})
+		}
+	}
+	outs := Plan(Input{
+		Gateway: types.NamespacedName{Namespace: "gw", Name: "public"}, Routes: routes,
+		Allowed:       func(types.NamespacedName) tenancy.Verdict { return tenancy.Verdict{Allowed: true} },
+		OptedIn:       func(types.NamespacedName) bool { return true },
+		HealthChecked: func(Route) string { return "" },
+	})
+	kept := 0
+	for _, o := range outs {
+		if o.Kept {
+			kept++
+		}
+	}
+	if kept != api.MaxStickyRulesPerGateway {
+		t.Errorf("kept %d of %d rules; want %d", kept, len(routes), api.MaxStickyRulesPerGateway)
+	}
+	b, err := json.Marshal(Patches(outs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d kept rules with the longest names: %d KiB of patches", kept, len(b)>>10)
+	if len(b) > 1<<20 {
+		t.Errorf("the policy's patches are %d KiB; want under 1 MiB", len(b)>>10)
+	}
+}

@@ -109,7 +109,7 @@ func (m *Metrics) loadBalancers(was, cfg *config.Config) {
 	names := map[string]bool{}
 	for _, lb := range cfg.LoadBalancers {
 		names[lb.Name] = true
-		for _, call := range []string{"read", "apply", "discover"} {
+		for _, call := range []string{"read", "apply", "discover", "cannot-hold"} {
 			m.lbErrors.WithLabelValues(lb.Name, call)
 		}
 		for _, reason := range tenancy.Reasons() {

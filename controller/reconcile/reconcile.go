@@ -276,11 +276,36 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	outcomes, converged := r.convergeAll(ctx, &svc, owned, admitted)
 	// Settle: the instances it is settled on may be marked filled.
 	r.settleOwned(ctx, key, annotation, owned, outcomes)
+	if !converged && len(held) == 0 && allSettled(outcomes) {
+		// Every failure was an instance that cannot hold what the Service
+		// asks: the operator's or the Service's to fix, not a passing
+		// fault. Tried again at a slower pace, so that such Services do
+		// not take the instances' passes from the others; a new process
+		// (a reload that adds the backend) brings it back at once.
+		return ctrl.Result{RequeueAfter: cannotHoldRetry}, nil
+	}
 	if !converged || len(held) > 0 {
 		logf.FromContext(ctx).V(1).Info("not every instance converged; retrying soon")
 		return ctrl.Result{RequeueAfter: 2 * time.Second}, nil
 	}
 	return ctrl.Result{RequeueAfter: cfg.Resync.Duration}, nil
+}
+
+// cannotHoldRetry is how soon a Service whose only failures were
+// instances that cannot hold its upstreams is tried again.
+const cannotHoldRetry = 30 * time.Second
+
+// allSettled reports whether every instance of every upstream settled
+// (converged, or cannot hold what the Service asks).
+func allSettled(outcomes [][]instanceOutcome) bool {
+	for _, os := range outcomes {
+		for _, o := range os {
+			if !o.settled {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // unmap empties what a Service gone or no longer mapped owned; it stays
@@ -480,12 +505,15 @@ func (r *Reconciler) applyOn(ctx context.Context, svc *corev1.Service, lb *confi
 		if errs[j] != nil {
 			result, res.ok = "error", false
 			if errors.Is(errs[j], backend.ErrCannotHold) {
+				// Reported once a pass by cannotHold (an Event, its own
+				// count); per change only in the detailed log.
 				cannot = errs[j]
+				log.V(1).Info("the instance cannot hold this change", "instance", inst.ID(), "op", ch.Op, "server", ch.Addr.String(), "error", errs[j].Error())
 			} else {
 				res.settled = false
+				r.Metrics.lbErrors.WithLabelValues(u.LB, "apply").Inc()
+				log.Error(errs[j], "applying change", "instance", inst.ID(), "op", ch.Op, "server", ch.Addr.String())
 			}
-			r.Metrics.lbErrors.WithLabelValues(u.LB, "apply").Inc()
-			log.Error(errs[j], "applying change", "instance", inst.ID(), "op", ch.Op, "server", ch.Addr.String())
 		} else {
 			res.applied[ch.Addr] = ch
 			log.Info("applied", "instance", inst.ID(), "op", ch.Op, "server", ch.Addr.String(), "state", ch.State.String())
@@ -500,7 +528,7 @@ func (r *Reconciler) applyOn(ctx context.Context, svc *corev1.Service, lb *confi
 
 // cannotHold reports an instance that cannot hold what the Service asks
 // of upstream u (backend.ErrCannotHold): a Warning on the Service and
-// stickydrain_controller_lb_errors_total{kind="cannot-hold"}.
+// stickydrain_controller_lb_errors_total{call="cannot-hold"}.
 func (r *Reconciler) cannotHold(svc *corev1.Service, u upstreamRef, inst backend.Instance, err error) {
 	r.Metrics.lbErrors.WithLabelValues(u.LB, "cannot-hold").Inc()
 	if svc != nil {

@@ -478,7 +478,7 @@ func metrics() (string, error) {
 // bounds lists the bounds on what a namespace user writes (api/bounds.go).
 func bounds(c consts) (string, error) {
 	var b strings.Builder
-	b.WriteString("# Bounds\n\nEvery value stickydrain reads from what a namespace user writes (annotations, EndpointSlices, drainctl's flags) is checked against one of these where it is parsed, before any work is done with it; a value past its bound is refused with an error naming the field and the bound. docs/security.md says why each is there and which test proves it.\n\n| bound | value | what it bounds |\n|---|---|---|\n")
+	b.WriteString("# Bounds\n\nEvery value stickydrain reads from what a namespace user writes (the drain annotations, which are drainctl's flags, the upstreams annotation, EndpointSlices, routes) is checked against one of these where it is parsed, before any work is done with it; a value past its bound is refused with an error naming the field and the bound. docs/security.md says why each is there and which test proves it.\n\n| bound | value | what it bounds |\n|---|---|---|\n")
 	for _, name := range c.order {
 		v := c.values[name]
 		if !strings.HasPrefix(name, "Max") || v == nil || (v.Kind() != constant.Int && v.Kind() != constant.Float) {

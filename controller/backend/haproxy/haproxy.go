@@ -485,6 +485,12 @@ func (h *Instance) send(ctx context.Context, sess *session, steps []step, errs [
 		}
 		if out := strings.TrimSpace(outs[i]); !s.ok(out) {
 			errs[s.change] = fmt.Errorf("haproxy %s: %q: %s", h.id, s.cmd, out)
+			if strings.HasPrefix(s.cmd, "add server ") {
+				// The process answered that this backend takes no dynamic
+				// server (its balance algorithm, a missing backend, …):
+				// the operator's configuration, not a passing failure.
+				errs[s.change] = fmt.Errorf("%w: %w", errs[s.change], backend.ErrCannotHold)
+			}
 		}
 	}
 }

@@ -441,3 +441,32 @@ func TestTheWebhookCanAnswerOnlyTheAPIServer(t *testing.T) {
 		}
 	}
 }
+
+// The controller's and the webhook's concurrency bounds are Helm values,
+// rendered only when set; a value below 1 is refused by the schema.
+func TestTheConcurrencyBoundsAreValues(t *testing.T) {
+	argsOf := func(objs []*unstructured.Unstructured, name string) string {
+		for _, o := range objs {
+			if o.GetKind() == "Deployment" && o.GetName() == name {
+				ctrs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+				args, _, _ := unstructured.NestedSlice(ctrs[0].(map[string]any), "args")
+				return fmt.Sprint(args)
+			}
+		}
+		return ""
+	}
+	def := mustRender(t, map[string]any{})
+	if a := argsOf(def, "stickydrain-controller") + argsOf(def, "stickydrain-webhook"); strings.Contains(a, "--concurrent-reconciles") || strings.Contains(a, "--max-concurrent-admissions") {
+		t.Errorf("defaults render a concurrency flag: %s", a)
+	}
+	set := mustRender(t, map[string]any{"controller": map[string]any{"concurrentReconciles": 4}, "webhook": map[string]any{"maxConcurrentAdmissions": 64}})
+	if a := argsOf(set, "stickydrain-controller"); !strings.Contains(a, "--concurrent-reconciles=4") {
+		t.Errorf("controller args %s; want --concurrent-reconciles=4", a)
+	}
+	if a := argsOf(set, "stickydrain-webhook"); !strings.Contains(a, "--max-concurrent-admissions=64") {
+		t.Errorf("webhook args %s; want --max-concurrent-admissions=64", a)
+	}
+	if _, err := render(map[string]any{"controller": map[string]any{"concurrentReconciles": 0}}); err == nil || !strings.Contains(err.Error(), "concurrentReconciles") {
+		t.Errorf("concurrentReconciles 0: %v; want the schema to refuse it, naming it", err)
+	}
+}

@@ -12,11 +12,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
@@ -73,37 +70,7 @@ resync: 2s
 	for _, ns := range []string{"shop", "evil"} {
 		must.OK(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	}
-	service := func(ns, name, upstreams, app string) {
-		t.Helper()
-		var sel map[string]string
-		if app != "" {
-			sel = map[string]string{"app": app}
-		}
-		must.OK(t, k.Create(ctx, &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{api.AnnotationUpstreams: upstreams}},
-			Spec:       corev1.ServiceSpec{Selector: sel, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt(8080)}}},
-		}))
-	}
-	pod := func(ns, name, app string) netip.Addr {
-		t.Helper()
-		must.OK(t, k.Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": app}},
-			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](1), Containers: []corev1.Container{{
-				Name: "app", Image: "sessionapp", Args: []string{"--listen=:8080"},
-				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-			}}},
-		}))
-		var ip netip.Addr
-		eventually(t, ctx, "pod "+ns+"/"+name+" running with an address", func() bool {
-			var p corev1.Pod
-			if k.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p) != nil || p.Status.PodIP == "" {
-				return false
-			}
-			ip = netip.MustParseAddr(p.Status.PodIP)
-			return true
-		})
-		return ip
-	}
+	tn := tenants{t, ctx, k}
 	ready := func() bool {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/", h.ReadyPort))
 		if err != nil {
@@ -112,22 +79,12 @@ resync: 2s
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}
-	events := func(name, reason, contains string) bool {
-		var evs eventsv1.EventList
-		if k.List(ctx, &evs, client.InNamespace("evil")) != nil {
-			return false
-		}
-		for _, e := range evs.Items {
-			if e.Regarding.Name == name && e.Reason == reason && strings.Contains(e.Note, contains) {
-				return true
-			}
-		}
-		return false
-	}
+	// The hostile namespace's Warnings.
+	events := func(name, reason, contains string) bool { return tn.warned("evil", name, reason, contains) }
 
 	// The honest team.
-	service("shop", "web", "edge/shop", "web")
-	shopA, shopB := pod("shop", "web-a", "web"), pod("shop", "web-b", "web")
+	tn.service("shop", "web", "edge/shop", map[string]string{"app": "web"})
+	shopA, shopB := tn.pod("shop", "web-a", "web"), tn.pod("shop", "web-b", "web")
 	shopActive := func() bool {
 		got, err := edge.Observe(ctx, "shop")
 		return err == nil && len(got) == 2 && got[netip.AddrPortFrom(shopA, 8080)] == plan.Active && got[netip.AddrPortFrom(shopB, 8080)] == plan.Active
@@ -140,13 +97,13 @@ resync: 2s
 	for i := range many {
 		many[i] = fmt.Sprintf("edge/u%d", i)
 	}
-	service("evil", "missing", "edge/nosuch", "")
-	service("evil", "full", "edge/small", "full")
-	service("evil", "many", strings.Join(many, ","), "")
-	service("evil", "repeat", strings.TrimSuffix(strings.Repeat("edge/evil,", 10000), ","), "")
-	service("evil", "ghost", "edge/ghost", "")
+	tn.service("evil", "missing", "edge/nosuch", nil)
+	tn.service("evil", "full", "edge/small", map[string]string{"app": "full"})
+	tn.service("evil", "many", strings.Join(many, ","), nil)
+	tn.service("evil", "repeat", strings.TrimSuffix(strings.Repeat("edge/evil,", 10000), ","), nil)
+	tn.service("evil", "ghost", "edge/ghost", nil)
 	for i := range 3 {
-		pod("evil", fmt.Sprintf("full-%d", i), "full")
+		tn.pod("evil", fmt.Sprintf("full-%d", i), "full")
 	}
 	ghosts := make([]discoveryv1.Endpoint, 200)
 	for i := range ghosts {

@@ -16,7 +16,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -132,34 +131,8 @@ resync: 2s
 		}
 	})
 
-	service := func(ns, name, upstreams string, selector map[string]string) {
-		t.Helper()
-		must.OK(t, k.Create(ctx, &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{"stickydrain.io/upstreams": upstreams}},
-			Spec: corev1.ServiceSpec{Selector: selector,
-				Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt(8080)}}},
-		}))
-	}
-	pod := func(ns, name, appLabel string) netip.Addr {
-		t.Helper()
-		must.OK(t, k.Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": appLabel}},
-			Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](1), Containers: []corev1.Container{{
-				Name: "app", Image: "sessionapp", Args: []string{"--listen=:8080"},
-				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-			}}},
-		}))
-		var ip netip.Addr
-		eventually(t, ctx, "pod "+ns+"/"+name+" running with an address", func() bool {
-			var p corev1.Pod
-			if k.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p) != nil || p.Status.PodIP == "" {
-				return false
-			}
-			ip = netip.MustParseAddr(p.Status.PodIP)
-			return true
-		})
-		return ip
-	}
+	tn := tenants{t, ctx, k}
+	service, pod, events := tn.service, tn.pod, tn.warned
 	slice := func(ns, service, name string, eps ...discoveryv1.Endpoint) {
 		t.Helper()
 		must.OK(t, k.Create(ctx, &discoveryv1.EndpointSlice{
@@ -174,18 +147,6 @@ resync: 2s
 		return discoveryv1.Endpoint{Addresses: []string{addr}, TargetRef: target, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}
 	}
 	logEventsIfFailed(t, k)
-	events := func(ns, regarding, reason, contains string) bool {
-		var evs eventsv1.EventList
-		if k.List(ctx, &evs, client.InNamespace(ns)) != nil {
-			return false
-		}
-		for _, e := range evs.Items {
-			if e.Regarding.Name == regarding && e.Reason == reason && e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, contains) {
-				return true
-			}
-		}
-		return false
-	}
 	holds := func(m map[netip.AddrPort]plan.State, want ...netip.Addr) bool {
 		if len(m) != len(want) {
 			return false

@@ -30,20 +30,7 @@ func TestForgetDropsOnlyTheReleasedUpstreamsGauges(t *testing.T) {
 		m.slotsUsed.WithLabelValues("edge", up).Set(3)
 	}
 	m.forget(upstreamRef{LB: "edge", Upstream: "shop"})
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	left := map[string]int{}
-	for _, f := range families {
-		for _, s := range f.GetMetric() {
-			for _, l := range s.GetLabel() {
-				if l.GetName() == "upstream" {
-					left[f.GetName()+" "+l.GetValue()]++
-				}
-			}
-		}
-	}
+	left := seriesByUpstream(t, reg)
 	for name, n := range left {
 		if strings.HasSuffix(name, " shop") {
 			t.Errorf("%s: %d series left after forget", name, n)
@@ -131,21 +118,33 @@ func TestGaugesOnlyForUpstreamsAnInstanceHas(t *testing.T) {
 		r.recordGauges(upstreamRef{LB: "edge", Upstream: fmt.Sprintf("bogus%d", i)}, []instanceResult{{}, {}}, counts, time.Time{})
 	}
 	r.recordGauges(upstreamRef{LB: "edge", Upstream: "shop"}, []instanceResult{{}, {read: true}}, counts, time.Time{})
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	upstreams := map[string]bool{}
-	for _, f := range families {
-		for _, s := range f.GetMetric() {
-			for _, l := range s.GetLabel() {
-				if l.GetName() == "upstream" {
-					upstreams[l.GetValue()] = true
-				}
-			}
-		}
+	for key := range seriesByUpstream(t, reg) {
+		_, up, _ := strings.Cut(key, " ")
+		upstreams[up] = true
 	}
 	if len(upstreams) != 1 || !upstreams["shop"] {
 		t.Errorf("series for upstreams %v; want shop's only", upstreams)
 	}
+}
+
+// seriesByUpstream counts reg's series by "metric upstream", for those
+// labelled by upstream.
+func seriesByUpstream(t *testing.T, reg *prometheus.Registry) map[string]int {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "upstream" {
+					out[f.GetName()+" "+l.GetValue()]++
+				}
+			}
+		}
+	}
+	return out
 }

@@ -134,7 +134,8 @@ func assertUsersSaw(t *testing.T, clients *Clients, maxInFlight int, windows []w
 	if s.Errors != 0 || outside != 0 {
 		t.Errorf("%d failed requests, %d sessions lost to a misroute outside any fault's window", s.Errors, outside)
 	}
-	if lost := s.Sessions - s.SessionsKept; lost > inWindow {
+	unheardOfPods(t, clients)
+	if lost := s.Sessions - s.SessionsKept - s.LostToUnheardPod; lost > inWindow {
 		t.Errorf("sessions: %d ended, %d kept: more lost than the %d requests misrouted in a fault's window", s.Sessions, s.SessionsKept, inWindow)
 	}
 	if s.NewOnDraining != 0 || s.ReloginsOnDraining != 0 {

@@ -57,6 +57,13 @@ func ingressScenario(t *testing.T, kind Ingress) {
 	}
 	obs := env.Observe(ctx, 100*time.Millisecond)
 	clients := env.StartClients(ctx, scenarioUsers, scenarioIdle, obs)
+	// What the users saw, again at the end of a failed run's output (CI
+	// shows its end).
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("failed; what the users saw: %+v; problems: %q", clients.Stats(), clients.Problems())
+		}
+	})
 	time.Sleep(5 * time.Second)
 
 	// A rolling update begun with the webhook down.

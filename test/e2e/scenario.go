@@ -16,6 +16,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -239,6 +240,15 @@ type Stats struct {
 	// path was killed (SIGKILL) during them: counted apart from Errors, and
 	// their session is not counted lost for it.
 	InFlightAtKill int
+	// LostToUnheardPod counts, behind an ingress proxy (the webhook-only
+	// install), the sessions lost because the replica that answered had
+	// not heard of their pod: a pod Ready and not terminating, yet no
+	// server on that replica when read right after the misroute (a replica
+	// restarted, or its watch behind the API server's). That is the
+	// proxy's own routing of new pods, which no drain changes
+	// (docs/ingress.md); MisroutedToUnheardPod counts those sessions'
+	// misrouted requests. Counted in Misrouted and lost sessions too.
+	LostToUnheardPod, MisroutedToUnheardPod int
 }
 
 // Clients are simulated users: each logs in through the front (the
@@ -257,7 +267,8 @@ type Clients struct {
 	idle     time.Duration
 	problems []string
 	probAt   []time.Time          // when each problem (misroute, error) was seen
-	misAt    []time.Time          // when each misroute was seen
+	misAt    []time.Time          // when each session was lost to a misroute (but to a pod unheard of)
+	unheard  []string             // the sessions lost to a pod the replica had not heard of
 	lastEnd  map[string]time.Time // pod → when its latest session ended
 }
 
@@ -325,34 +336,106 @@ func (c *Clients) note(f func(*Stats)) {
 }
 
 // MisrouteTimes are when each session was lost to a misrouted request (its
-// first; MisroutedAfterLoss counts the rest).
+// first; MisroutedAfterLoss counts the rest), but those lost to a pod the
+// answering ingress replica had not heard of (Stats.LostToUnheardPod).
 func (c *Clients) MisrouteTimes() []time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]time.Time(nil), c.misAt...)
 }
 
-func (c *Clients) misroute(format string, args ...any) {
-	c.mu.Lock()
-	c.misAt = append(c.misAt, time.Now())
-	c.mu.Unlock()
-	c.problem(format, args...)
+// session is one user's session as the clients track it.
+type session struct {
+	owner   string
+	kept    bool // every request so far answered by owner
+	unheard bool // lost on an ingress replica that had not heard of owner
 }
 
 // lost counts a misrouted request of a session; the first of the session
-// (*kept still true) is the moment it was lost, timed and reported.
-func (c *Clients) lost(kept *bool, format string, args ...any) {
-	first := *kept
-	*kept = false
-	c.note(func(s *Stats) {
-		s.Misrouted++
+// (still kept) is the moment it was lost, timed and reported with where
+// the owner stood. Behind an ingress, the replica that answered (via) is
+// read first: one that lists no server for a Ready owner had not heard of
+// it.
+func (c *Clients) lost(ctx context.Context, s *session, via, format string, args ...any) {
+	first := s.kept
+	s.kept = false
+	if first && c.env.ingressKind != "" {
+		s.unheard = c.env.unheardOf(ctx, via, s.owner)
+	}
+	c.note(func(st *Stats) {
+		st.Misrouted++
 		if !first {
-			s.MisroutedAfterLoss++
+			st.MisroutedAfterLoss++
+		}
+		if s.unheard {
+			st.MisroutedToUnheardPod++
 		}
 	})
-	if first {
-		c.misroute(format, args...)
+	if !first {
+		return
 	}
+	where := fmt.Sprintf(" via %s; %s", via, c.env.describePod(ctx, s.owner))
+	if s.unheard {
+		where += "; that replica had not heard of it"
+	}
+	if s.unheard {
+		c.mu.Lock()
+		c.unheard = append(c.unheard, time.Now().Format("15:04:05.000 ")+fmt.Sprintf(format+"%s", append(args, where)...))
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Lock()
+	c.misAt = append(c.misAt, time.Now())
+	c.mu.Unlock()
+	c.problem(format+"%s", append(args, where)...)
+}
+
+// Unheard lists the sessions lost on a pod the answering ingress replica
+// had not heard of (Stats.LostToUnheardPod), as Problems lists the rest.
+func (c *Clients) Unheard() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.unheard...)
+}
+
+// unheardOf reports whether the ingress replica at front address via lists
+// no server for pod, a pod Ready and not terminating: a new pod the
+// replica has not heard of yet. The replica is read first, right after the
+// misroute; one that has heard of the pod by then makes the loss count as
+// any other (the stricter side). The pod is read from the API server,
+// which a fault may have down for some seconds.
+func (e *Env) unheardOf(ctx context.Context, via, pod string) bool {
+	var listed map[netip.AddrPort]plan.State
+	for _, ip := range e.ingressReplicas() {
+		if ip.frontAddr() == via {
+			v, err := ip.view(ctx)
+			if err != nil {
+				return false
+			}
+			listed = v
+		}
+	}
+	if listed == nil {
+		return false
+	}
+	var p corev1.Pod
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := e.Cluster.Client.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: pod}, &p)
+		if err == nil {
+			break
+		}
+		if apierrors.IsNotFound(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	ap, err := netip.ParseAddrPort(p.Status.PodIP + ":8080")
+	if err != nil || p.DeletionTimestamp != nil || !podReady(&p) {
+		return false
+	}
+	_, ok := listed[ap]
+	return !ok
 }
 
 // ProblemTimes are when each misroute or error was seen.
@@ -422,7 +505,7 @@ func (c *Clients) user(ctx context.Context, id int) {
 			}
 		}
 		c.mu.Unlock()
-		kept := true
+		sess := &session{owner: owner, kept: true}
 		lastReply := time.Now()
 		length := time.Duration(4+rng.IntN(8)) * time.Second
 		for time.Since(started) < length {
@@ -441,17 +524,13 @@ func (c *Clients) user(ctx context.Context, id int) {
 			case err != nil && c.env.killedDuring(sent, time.Now()):
 				c.note(func(s *Stats) { s.InFlightAtKill++ })
 			case err != nil || (code != 200 && code != 401):
-				kept = false
+				sess.kept = false
 				c.note(func(s *Stats) { s.Errors++ })
 				c.problem("user %d: request via %s: %v status %d", id, base, err, code)
 			case code == 401 || r.Pod != owner:
 				// The first misroute of a session says where it went and
 				// what the owner looked like everywhere at that moment.
-				where := ""
-				if kept {
-					where = fmt.Sprintf(" via %s; %s", c.env.served(via), c.env.describePod(ctx, owner))
-				}
-				c.lost(&kept, "user %d: session of %s answered by %s (status %d)%s", id, owner, r.Pod, code, where)
+				c.lost(ctx, sess, c.env.served(via), "user %d: session of %s answered by %s (status %d)", id, owner, r.Pod, code)
 			}
 		}
 		// Two in three log out; the others walk away and let it idle out.
@@ -466,7 +545,7 @@ func (c *Clients) user(ctx context.Context, id int) {
 				// The logout never reached the pod: the session idles out.
 				c.note(func(s *Stats) { s.InFlightAtKill++ })
 			case err != nil || code != 200 || r.Pod != owner:
-				c.lost(&kept, "user %d: logout of %s answered by %s (status %d, %v)", id, owner, r.Pod, code, err)
+				c.lost(ctx, sess, c.env.served(via), "user %d: logout of %s answered by %s (status %d, %v)", id, owner, r.Pod, code, err)
 			}
 			lastLogoutDraining = !inFlight && c.obs.DrainedBefore(owner, loggedOut, c.env.served(via))
 			if err == nil && code == 200 && r.Pod == owner {
@@ -479,8 +558,11 @@ func (c *Clients) user(ctx context.Context, id int) {
 		}
 		c.note(func(s *Stats) {
 			s.Sessions++
-			if kept {
+			switch {
+			case sess.kept:
 				s.SessionsKept++
+			case sess.unheard:
+				s.LostToUnheardPod++
 			}
 		})
 	}

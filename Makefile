@@ -104,6 +104,10 @@ soak: deps k8s-bins haproxy-versions peers ## Chaos soak: sticky users, rollouts
 	  $(GO) test -race -count=1 -run '^TestSoak$$' -v -timeout 0 ./test/e2e/ 2>&1 | grep -v 'podhost: ' | tee soak.log | grep -E '^(---|===|ok|FAIL)|soak|users:|injected|problem|sessions'
 	@cat soak-table.md
 
+.PHONY: test-apps
+test-apps: deps ## drainctl against the servers teams run (Debian's Tomcat 10.1 and PHP 8.2, Node with express-session from npm), configured as docs/opting-in.md shows, probes hitting them throughout (make test runs it too).
+	$(GO) test -race -count=1 -v -run '^TestApps$$' ./test/apps/
+
 .PHONY: test-unit
 test-unit: ## Only the tests that need no control plane (-short).
 	$(GO) test -race -short -count=1 -p $(UNIT_P) $(PKGS)

@@ -383,6 +383,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"wait", "--bearer-token-file", "/nonexistent", "--url", "http://localhost:1/"}, "--bearer-token-file"},
 		{[]string{"count"}, "--url is required"},
 		{[]string{"install"}, "want exactly one argument"},
+		{[]string{"probe", "--url", "http://localhost:1/"}, `--get "": want the probe's http:// or https:// URL`},
+		{[]string{"probe", "--get", "localhost:8080/healthz", "--url", "http://localhost:1/"}, "want the probe's http:// or https:// URL"},
+		{[]string{"probe", "--get", "http://localhost:1/", "--url", "http://localhost:1/", "--requests", "0"}, "--requests 0: want 1 to 100"},
+		{[]string{"probe", "--get", "http://localhost:1/"}, "--url is required"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
 		{nil, "Usage:"},
 	}
@@ -421,6 +425,56 @@ func TestCount(t *testing.T) {
 	defer down.Close()
 	if r := drainctl(t, "count", "--url", down.URL); r.code != api.ExitUnreachable {
 		t.Errorf("count against a 404: exit %d, want %d", r.code, api.ExitUnreachable)
+	}
+}
+
+// sessionServer is an app whose landing page makes a session for each
+// cookie-less request, whose /healthz makes none, and whose /sessions
+// counts them.
+func sessionServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	var n atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("/sessions", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, n.Load()) })
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("User-Agent") != "kube-probe/drainctl" {
+			t.Errorf("probe's User-Agent %q", r.Header.Get("User-Agent"))
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/landing", func(w http.ResponseWriter, r *http.Request) {
+		if _, err := r.Cookie("JSESSIONID"); err != nil {
+			n.Add(1)
+			http.SetCookie(w, &http.Cookie{Name: "JSESSIONID", Value: "x"})
+		}
+		fmt.Fprintln(w, "welcome")
+	})
+	// A redirect to the landing page, as Tomcat sends /shop to /shop/.
+	mux.Handle("/shop", http.RedirectHandler("/landing", http.StatusFound))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestProbeTellsWhetherAProbeCreatesSessions(t *testing.T) {
+	srv := sessionServer(t)
+	for _, tt := range []struct {
+		path, gain, says string
+	}{
+		{"/healthz", "0", "added 0 sessions (0 → 0)"},
+		{"/landing", "3", "each one made a session"},
+		{"/shop", "3", "each one made a session"}, // after the redirect
+	} {
+		r := drainctl(t, "probe", "--get", srv.URL+tt.path, "--url", srv.URL+"/sessions")
+		if r.code != 0 || strings.TrimSpace(r.stdout) != tt.gain || !strings.Contains(r.stderr, tt.says) {
+			t.Errorf("probe %s: exit %d, stdout %q, stderr %q; want %s and %q", tt.path, r.code, r.stdout, r.stderr, tt.gain, tt.says)
+		}
+	}
+	if r := drainctl(t, "probe", "--get", srv.URL+"/landing", "--requests", "5", "--url", srv.URL+"/sessions"); strings.TrimSpace(r.stdout) != "5" {
+		t.Errorf("--requests 5: stdout %q, stderr %q", r.stdout, r.stderr)
+	}
+	if r := drainctl(t, "probe", "--get", "http://127.0.0.1:1/healthz", "--url", srv.URL+"/sessions"); r.code != api.ExitUnreachable || !strings.Contains(r.stderr, "the probe's GET") {
+		t.Errorf("a probe URL that refuses: exit %d, stderr %q; want %d", r.code, r.stderr, api.ExitUnreachable)
 	}
 }
 
@@ -512,7 +566,7 @@ func BenchmarkPollFootprint(b *testing.B) {
 // TestHelpIsGolden: each command's --help, as the binary prints it (GNU
 // style, sorted, with types and defaults), is the committed golden file.
 func TestHelpIsGolden(t *testing.T) {
-	for _, cmd := range []string{"wait", "count", "install"} {
+	for _, cmd := range []string{"wait", "count", "probe", "install"} {
 		r := drainctl(t, cmd, "--help")
 		if r.code != 0 {
 			t.Fatalf("%s --help: exit %d, stderr %q", cmd, r.code, r.stderr)

@@ -256,9 +256,15 @@ func (c *Client) checkWorkload(ctx context.Context, ns *corev1.Namespace, w work
 	}
 	out = append(out, fs...)
 
-	// The session URL, asked from inside a pod as drainctl asks it.
+	// The session URL, asked from inside a pod as drainctl asks it; then
+	// whether the probes (and the load balancer's health check) create
+	// sessions.
 	if c.Exec != nil && probe != nil {
-		out = append(out, c.checkSessionURL(ctx, probe, w.object))
+		f := c.checkSessionURL(ctx, probe, w.object)
+		out = append(out, f)
+		if f.Level == LevelOK {
+			out = append(out, c.checkProbes(ctx, probe, w.object)...)
+		}
 	}
 	return out, nil
 }
@@ -337,42 +343,58 @@ func (c *Client) checkServices(ctx context.Context, namespace string, w workload
 	return out, nil
 }
 
-// checkSessionURL runs `drainctl count` with the pod's own source flags
-// in its drained container: what drainctl will read when the pod stops.
-func (c *Client) checkSessionURL(ctx context.Context, p *corev1.Pod, object string) Finding {
-	f := Finding{Object: object, Check: "session-url"}
+// countSource is how a pod's drainctl reads its session count: the
+// drained container, drainctl's path there, its source flags (those
+// `drainctl count` and `drainctl probe` take) and the URL ("" for a timed
+// drain). A pod whose hook cannot be read gives the finding instead.
+type countSource struct {
+	container, drainctl, url string
+	flags                    []string
+}
+
+func podCountSource(p *corev1.Pod, object, check string) (countSource, *Finding) {
 	container, cmd := drainContainer(p)
 	if container == "" {
-		f.Level, f.Message = LevelWarning, fmt.Sprintf("pod %s has no drainctl preStop hook to read the URL from", p.Name)
-		return f
+		return countSource{}, &Finding{Object: object, Check: check, Level: LevelWarning, Message: fmt.Sprintf("pod %s has no drainctl preStop hook to read the URL from", p.Name)}
 	}
 	w := params.NewWait()
 	fs := w.FlagSet()
 	if err := fs.Parse(cmd[2:]); err != nil {
-		f.Level, f.Message = LevelError, fmt.Sprintf("pod %s: its drainctl flags do not parse: %v", p.Name, err)
-		return f
-	}
-	if w.URL == "" {
-		f.Level, f.Message = LevelOK, "timed drain (no session-count URL): it waits max-wait"
-		return f
+		return countSource{}, &Finding{Object: object, Check: check, Level: LevelError, Message: fmt.Sprintf("pod %s: its drainctl flags do not parse: %v", p.Name, err)}
 	}
 	source := pflag.NewFlagSet("count", pflag.ContinueOnError)
 	params.NewWait().BindSource(source)
-	count := []string{cmd[0], "count"}
+	cs := countSource{container: container, drainctl: cmd[0], url: w.URL}
 	fs.Visit(func(fl *pflag.Flag) {
 		if source.Lookup(fl.Name) != nil {
-			count = append(count, "--"+fl.Name+"="+fl.Value.String())
+			cs.flags = append(cs.flags, "--"+fl.Name+"="+fl.Value.String())
 		}
 	})
-	stdout, stderr, err := c.Exec(ctx, p.Namespace, p.Name, container, count)
+	return cs, nil
+}
+
+// checkSessionURL runs `drainctl count` with the pod's own source flags
+// in its drained container: what drainctl will read when the pod stops.
+func (c *Client) checkSessionURL(ctx context.Context, p *corev1.Pod, object string) Finding {
+	f := Finding{Object: object, Check: "session-url"}
+	cs, bad := podCountSource(p, object, f.Check)
+	if bad != nil {
+		return *bad
+	}
+	if cs.url == "" {
+		f.Level, f.Message = LevelOK, "timed drain (no session-count URL): it waits max-wait"
+		return f
+	}
+	count := append([]string{cs.drainctl, "count"}, cs.flags...)
+	stdout, stderr, err := c.Exec(ctx, p.Namespace, p.Name, cs.container, count)
 	if err != nil {
 		f.Level = LevelError
 		f.Message = fmt.Sprintf("drainctl count in pod %s: %v: %s", p.Name, err, strings.TrimSpace(stderr))
-		f.Fix = "make " + w.URL + " answer inside the pod (see docs/opting-in.md for each app's count URL and format)"
+		f.Fix = "make " + cs.url + " answer inside the pod (see docs/opting-in.md for each app's count URL and format)"
 		return f
 	}
 	f.Level = LevelOK
-	f.Message = fmt.Sprintf("%s answers in pod %s: %s sessions (%s)", w.URL, p.Name, strings.TrimSpace(stdout), strings.TrimSpace(stderr))
+	f.Message = fmt.Sprintf("%s answers in pod %s: %s sessions (%s)", cs.url, p.Name, strings.TrimSpace(stdout), strings.TrimSpace(stderr))
 	return f
 }
 

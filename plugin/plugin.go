@@ -11,7 +11,7 @@
 // container's log, and the webhook's configuration. It needs get/list on
 // pods, pods/log, events, services, namespaces, deployments, statefulsets
 // and mutatingwebhookconfigurations; patch on pods for release and
-// shorten; create on pods/exec for check's session-URL probe.
+// shorten; create on pods/exec for check's session-URL and probe checks.
 package plugin
 
 import (
@@ -42,6 +42,10 @@ type Client struct {
 	Exec func(ctx context.Context, namespace, pod, container string, cmd []string) (stdout, stderr string, err error)
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
+	// HealthCheckPaths are the paths the load balancer's HTTP health check
+	// requests on the drained container: Check asks whether each creates
+	// sessions, as it asks of the container's probes.
+	HealthCheckPaths []string
 }
 
 // NewClient is a Client on the API server of cfg: logs and exec as

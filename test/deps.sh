@@ -26,6 +26,14 @@ done
 # Debian's runc and gives pods addresses with Debian's CNI plugins.
 command -v runc >/dev/null || need+=(runc)
 [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] || need+=(containernetworking-plugins)
+# test/apps: the application servers teams run, as Debian ships them —
+# Tomcat 10.1 and its manager, PHP's CLI server, Node.js and npm (which
+# installs express-session for the Node app).
+[[ -x /usr/share/tomcat10/bin/catalina.sh ]] || need+=(tomcat10)
+[[ -d /usr/share/tomcat10-admin/manager ]] || need+=(tomcat10-admin)
+command -v php >/dev/null || need+=(php-cli)
+command -v node >/dev/null || need+=(nodejs)
+command -v npm >/dev/null || need+=(npm)
 for c in nsenter unshare mount; do
 	command -v "$c" >/dev/null || { need+=(util-linux mount); break; }
 done

@@ -1,5 +1,5 @@
-// Package cli is drainctl's command line: wait, count, install, version and
-// help. Main returns the process exit status.
+// Package cli is drainctl's command line: wait, count, probe, release,
+// shorten, install, version and help. Main returns the process exit status.
 package cli
 
 import (
@@ -82,6 +82,8 @@ func Main(ctx context.Context, args []string, env Env) int {
 		return runWait(ctx, args[1:], env)
 	case "count":
 		return runCount(ctx, args[1:], env)
+	case "probe":
+		return runProbe(ctx, args[1:], env)
 	case "install":
 		return runInstall(args[1:], env)
 	case "release", "shorten":
@@ -96,7 +98,7 @@ func Main(ctx context.Context, args []string, env Env) int {
 		fmt.Fprint(env.Stdout, usage)
 		return 0
 	}
-	fmt.Fprintf(env.Stderr, "drainctl: unknown command %q; want wait, count, release, shorten, install, version or help\n", args[0])
+	fmt.Fprintf(env.Stderr, "drainctl: unknown command %q; want wait, count, probe, release, shorten, install, version or help\n", args[0])
 	return api.ExitUsage
 }
 
@@ -105,6 +107,7 @@ const usage = `drainctl waits, in a pod's preStop hook, until the application's 
 Usage:
   drainctl wait [flags] [-- COMMAND ARGS...]   poll the session count until drained
   drainctl count [flags]                       print the session count once
+  drainctl probe --get URL [flags]             tell whether a probe's requests create sessions
   drainctl release                             end the drain running in this pod now
   drainctl shorten --max-wait DURATION         lower the max-wait of the drain running in this pod
   drainctl install DIR                         copy this binary into DIR (init containers)

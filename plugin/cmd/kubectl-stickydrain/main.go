@@ -31,8 +31,10 @@ Usage:
       end the drains now (stickydrain.io/release=true)
   kubectl stickydrain shorten POD… --max-wait DURATION [-n NS]
       lower the drains' max-wait (stickydrain.io/max-wait)
-  kubectl stickydrain check (deploy|sts|ns)/NAME [-n NS] [-o table|json]
-      what would lose sessions at the next rollout, each with its fix
+  kubectl stickydrain check (deploy|sts|ns)/NAME [-n NS] [-o table|json] [--health-check-path PATH]
+      what would lose sessions at the next rollout, each with its fix; and
+      whether the container's HTTP probes (and the load balancer's health
+      check path) create sessions, asked from inside a pod
   kubectl stickydrain version
 
 Exit status: 0 ok, 1 failure, 2 usage error, 3 check found an error.
@@ -73,6 +75,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	every := fs.Duration("interval", 2*time.Second, "status -w: `duration` between refreshes")
 	output := fs.StringP("output", "o", "table", "status, check: output `format`, table or json")
 	maxWait := fs.Duration("max-wait", 0, "shorten: the new max-wait (`duration`, e.g. 10m)")
+	healthChecks := fs.StringArray("health-check-path", nil, "check: a `path` the load balancer's HTTP health check requests on the pods (repeatable): checked, as their HTTP probes are, for creating sessions")
 	help := fs.BoolP("help", "h", false, "this help")
 	usage := func() { fmt.Fprint(stderr, synopsis+fs.FlagUsages()) }
 	if err := fs.Parse(args); err != nil {
@@ -135,6 +138,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kubectl stickydrain: %v\n", err)
 		return exitFailure
 	}
+	c.HealthCheckPaths = *healthChecks
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "kubectl stickydrain %s: %v\n", cmd, err)
 		return exitFailure

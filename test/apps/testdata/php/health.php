@@ -1,0 +1,3 @@
+<?php
+// The probe's page: it starts no session.
+echo "ok\n";

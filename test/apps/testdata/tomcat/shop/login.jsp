@@ -1,0 +1,1 @@
+<%@ page contentType="text/plain" %><% session.setAttribute("user", request.getParameter("user")); %>logged in as <%= session.getAttribute("user") %>

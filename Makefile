@@ -48,10 +48,10 @@ images: ## Build the stickydrain and drainctl images without a container engine 
 	  $(if $(PLATFORMS),--platforms $(PLATFORMS)) $(if $(IMAGES),--images $(IMAGES)) $(if $(REPO),--repo $(REPO))
 
 .PHONY: test-images
-test-images: ## Build the images the real-node tests run (pause, sessionapp, drainctl, stickydrain, cert-manager; this machine's platform) into bin/test-images, from this checkout.
+test-images: ## Build the images the real-node tests run (pause, sessionapp, drainctl, stickydrain, cert-manager, tomcat from Debian's files; this machine's platform) into bin/test-images, from this checkout.
 	@# The repository and tag test/node's ImageRepo and ImageTag name.
 	set -o pipefail; cd tools/images && $(GO) run . build --root ../.. --out "$(abspath $(BIN))/test-images" --repo ghcr.io/stickydrain --version e2e \
-	  --platforms linux/$$($(GO) env GOARCH) --images pause,sessionapp,drainctl,stickydrain,cert-manager 2>&1 | sed 's/^/test image /'
+	  --platforms linux/$$($(GO) env GOARCH) --images pause,sessionapp,drainctl,stickydrain,cert-manager,tomcat 2>&1 | sed 's/^/test image /'
 
 .PHONY: push
 push: ## Push the images make images built to REPO (e.g. REPO=registry.example.com/stickydrain), with ~/.docker/config.json's credentials; prints each reference with its digest.

@@ -124,8 +124,8 @@ func unheardOfPods(t *testing.T, clients *Clients) {
 // preStopReturnedOnTime asserts that pod's preStop waited while the pod
 // had sessions and returned, exit 0, within one poll interval of the last
 // one ending (or of min-wait, when they ended sooner). The bound allows
-// drainctl's ±10 % jitter and a second for a busy 2-core machine; what it
-// measured is logged.
+// drainctl's ±10 % jitter and a second for a busy 2-core machine (and on
+// Tomcat its expiry sweep's second); what it measured is logged.
 func preStopReturnedOnTime(ctx context.Context, t *testing.T, env *Env, clients *Clients, pod string) {
 	t.Helper()
 	start, end, ok, err := env.PreStop(ctx, pod)
@@ -143,7 +143,13 @@ func preStopReturnedOnTime(ctx context.Context, t *testing.T, env *Env, clients 
 	late := end.Sub(due)
 	t.Logf("%s: preStop waited %v; its last session ended %v after the preStop began; returned %v after that (or after min-wait)",
 		pod, end.Sub(start), last.Sub(start), late)
-	if limit := PollInterval*11/10 + time.Second; late > limit {
+	// Tomcat removes a session that timed out at its next background
+	// sweep (every second in the tomcat image), not the moment it expires.
+	limit := PollInterval*11/10 + time.Second
+	if env.tomcat {
+		limit += time.Second
+	}
+	if late > limit {
 		t.Errorf("%s: preStop returned %v after its last session ended (or min-wait), want within one poll interval (%v, allowed %v)", pod, late, PollInterval, limit)
 	}
 	// It never returned while a session was held: the app's own count ends

@@ -86,12 +86,14 @@ type Env struct {
 	// names for its binaries, or the images built and imported on the
 	// real node.
 	appImage, drainctlImage string
-	installed               bool     // Options.Install
-	drainctlDelivery        string   // Options.DrainctlDelivery
-	probesOnly              bool     // Options.FrontProbesOnly
-	alsoAllowed             []string // Options.AlsoAllowed
-	readiness               haproxytest.Readiness
-	controllerPprof         bool // Options.ControllerPprof
+	// tomcat: the app is Tomcat (Options.Tomcat).
+	tomcat           bool
+	installed        bool     // Options.Install
+	drainctlDelivery string   // Options.DrainctlDelivery
+	probesOnly       bool     // Options.FrontProbesOnly
+	alsoAllowed      []string // Options.AlsoAllowed
+	readiness        haproxytest.Readiness
+	controllerPprof  bool // Options.ControllerPprof
 }
 
 // Options configure Start.
@@ -121,6 +123,12 @@ type Options struct {
 	// (the instances' Runtime API on TCP at the host's address, which pods
 	// reach).
 	Install bool
+	// Tomcat (with Node) runs the app on Debian's Tomcat 10.1 (tools/images'
+	// tomcat image: the session app as a JSP, test/e2e/testdata/tomcat)
+	// instead of the session app: drainctl reads the manager's session
+	// list with credentials from a Secret, as manifests/samples/tomcat
+	// does.
+	Tomcat bool
 	// DrainctlDelivery, when set, is the scenario Namespace's
 	// stickydrain.io/drainctl: "image-volume" mounts the drainctl image
 	// into the pods (the real node's containerd 2.x supports it; podhost
@@ -207,7 +215,11 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	env.readiness = opts.Readiness
 	env.controllerPprof = opts.ControllerPprof
 	if opts.Node {
-		names := []string{"pause", "sessionapp", "drainctl"}
+		app := "sessionapp"
+		if opts.Tomcat {
+			app = "tomcat"
+		}
+		names := []string{"pause", app, "drainctl"}
 		if opts.Install {
 			names = append(names, "stickydrain", "cert-manager")
 		}
@@ -215,7 +227,8 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 		if imgs, err = node.BuildImages(ctx, filepath.Join(dir, "images"), logf, names...); err != nil {
 			return env, err
 		}
-		env.appImage, env.drainctlImage = imgs["sessionapp"].Ref, imgs["drainctl"].Ref
+		env.appImage, env.drainctlImage = imgs[app].Ref, imgs["drainctl"].Ref
+		env.tomcat = opts.Tomcat
 	}
 	logf("starting the control plane (etcd, kube-apiserver, kube-controller-manager; the first run builds them, ~17 min) …")
 	env.Cluster, err = cluster.Start(ctx, cluster.Options{Log: logf, OwnSignals: opts.OwnSignals, RealNode: opts.Node, RealNodeLock: opts.RealNodeLock})

@@ -39,6 +39,14 @@ func TestRealNodeKeepsEverySession(t *testing.T) {
 	t.Run("rollout-installed", func(t *testing.T) { rollingUpdate(t, installed) })
 	// kubectl stickydrain on a pod draining a user's session.
 	t.Run("kubectl-plugin", func(t *testing.T) { pluginOnARealDrain(t, opts) })
+	// The rollout of a real Tomcat: Debian's Tomcat 10.1 in an image built
+	// here from Debian's files, the users' sessions Tomcat's own, counted
+	// by the manager with credentials from a Secret; a probe that creates
+	// no session. Each old pod goes within a poll interval (and Tomcat's
+	// expiry sweep) of its last user's logout or timeout, not at max-wait.
+	tomcat := opts
+	tomcat.Tomcat = true
+	t.Run("rollout-tomcat", func(t *testing.T) { rollingUpdate(t, tomcat) })
 }
 
 // drainctlCameFromItsImage asserts that every pod of the app got drainctl

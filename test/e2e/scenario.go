@@ -10,6 +10,7 @@ import (
 	"net/http/httptrace"
 	"net/netip"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -64,6 +65,14 @@ func (e *Env) Deploy(ctx context.Context, replicas int32, idle time.Duration) er
 	if e.drainctlDelivery != "" {
 		nsAnnotations["stickydrain.io/drainctl"] = e.drainctlDelivery
 	}
+	if e.tomcat {
+		// The manager's session list of the ROOT application, as
+		// manifests/samples/tomcat reads its /shop.
+		nsAnnotations["stickydrain.io/url"] = "http://localhost:8080/manager/text/list"
+		nsAnnotations["stickydrain.io/format"] = "tomcat-list"
+		nsAnnotations["stickydrain.io/context"] = "/"
+		nsAnnotations["stickydrain.io/basic-auth-env"] = "TOMCAT_MANAGER_CREDENTIALS"
+	}
 	if err := k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name:        Namespace,
 		Labels:      map[string]string{"stickydrain.io/drain": "enabled"},
@@ -91,6 +100,24 @@ func (e *Env) Deploy(ctx context.Context, replicas int32, idle time.Duration) er
 	if err := k.Create(ctx, svc); err != nil {
 		return err
 	}
+	container := corev1.Container{
+		Name: "app", Image: e.appImage,
+		Args:  []string{"--listen=:8080", "--pod=$(POD_NAME)", "--version=v1", "--idle-timeout=" + idle.String()},
+		Env:   []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+		// A readiness blip takes a pod out of rotation (not ready, not
+		// terminating: not routed), which ends its sticky sessions; give
+		// the probe the slack a busy node needs.
+		ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, TimeoutSeconds: 5, FailureThreshold: 5, ProbeHandler: corev1.ProbeHandler{
+			HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromString("http")}}},
+	}
+	var volumes []corev1.Volume
+	if e.tomcat {
+		var err error
+		if volumes, err = e.tomcatManager(ctx, &container, idle); err != nil {
+			return err
+		}
+	}
 	return k.Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: Namespace},
 		Spec: appsv1.DeploymentSpec{
@@ -100,17 +127,7 @@ func (e *Env) Deploy(ctx context.Context, replicas int32, idle time.Duration) er
 				MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0))}},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
-					Name: "app", Image: e.appImage,
-					Args:  []string{"--listen=:8080", "--pod=$(POD_NAME)", "--version=v1", "--idle-timeout=" + idle.String()},
-					Env:   []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
-					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-					// A readiness blip takes a pod out of rotation (not ready, not
-					// terminating: not routed), which ends its sticky sessions; give
-					// the probe the slack a busy node needs.
-					ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, TimeoutSeconds: 5, FailureThreshold: 5, ProbeHandler: corev1.ProbeHandler{
-						HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromString("http")}}},
-				}}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{container}, Volumes: volumes},
 			},
 		},
 	})
@@ -119,13 +136,48 @@ func (e *Env) Deploy(ctx context.Context, replicas int32, idle time.Duration) er
 // Rollout changes the Deployment's version, which rolls every pod.
 func (e *Env) Rollout(ctx context.Context, version string) error {
 	return e.updateDeployment(ctx, func(d *appsv1.Deployment) {
-		args := d.Spec.Template.Spec.Containers[0].Args
-		for i, a := range args {
+		c := &d.Spec.Template.Spec.Containers[0]
+		for i, a := range c.Args {
 			if strings.HasPrefix(a, "--version=") {
-				args[i] = "--version=" + version
+				c.Args[i] = "--version=" + version
+			}
+		}
+		for i := range c.Env {
+			if c.Env[i].Name == "VERSION" {
+				c.Env[i].Value = version
 			}
 		}
 	})
+}
+
+// tomcatManager makes container Tomcat's (the tomcat image's: the session
+// app's paths as a JSP, version and idle timeout from its environment) and
+// gives it the manager's user as manifests/samples/tomcat does: a Secret
+// holding tomcat-users.xml (mounted where the image's server.xml reads it)
+// and the same user:password for drainctl, in TOMCAT_MANAGER_CREDENTIALS.
+// It returns the pod's volumes.
+func (e *Env) tomcatManager(ctx context.Context, container *corev1.Container, idle time.Duration) ([]corev1.Volume, error) {
+	const user, password = "drain", "e2e-only-manager-password"
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "tomcat-manager", Namespace: Namespace}, StringData: map[string]string{
+		"credentials": user + ":" + password,
+		"tomcat-users.xml": `<?xml version="1.0" encoding="UTF-8"?>
+<tomcat-users xmlns="http://tomcat.apache.org/xml" version="1.0">
+  <role rolename="manager-script"/>
+  <user username="` + user + `" password="` + password + `" roles="manager-script"/>
+</tomcat-users>
+`}}
+	if err := e.Cluster.Client.Create(ctx, secret); err != nil {
+		return nil, err
+	}
+	container.Args = nil
+	container.Env = append(container.Env,
+		corev1.EnvVar{Name: "VERSION", Value: "v1"},
+		corev1.EnvVar{Name: "IDLE_SECONDS", Value: strconv.Itoa(int(idle.Seconds()))},
+		corev1.EnvVar{Name: "TOMCAT_MANAGER_CREDENTIALS", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: secret.Name}, Key: "credentials"}}})
+	container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: "tomcat-users", MountPath: "/tomcat/users", ReadOnly: true})
+	return []corev1.Volume{{Name: "tomcat-users", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: secret.Name, Items: []corev1.KeyToPath{{Key: "tomcat-users.xml", Path: "tomcat-users.xml"}}}}}}, nil
 }
 
 // ScaleTo sets the Deployment's replicas.
@@ -168,6 +220,11 @@ func (e *Env) Pods(ctx context.Context) []PodView {
 		for _, a := range p.Spec.Containers[0].Args {
 			if s, ok := strings.CutPrefix(a, "--version="); ok {
 				v.Version = s
+			}
+		}
+		for _, ev := range p.Spec.Containers[0].Env {
+			if ev.Name == "VERSION" {
+				v.Version = ev.Value // Tomcat's
 			}
 		}
 		v.Ready = podReady(&p)

@@ -315,10 +315,19 @@ func platformImage(o BuildOptions, spec Image, base v1.Layer, p v1.Platform, bin
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	created := v1.Time{Time: o.Epoch}
-	img, err = mutate.Append(img,
-		mutate.Addendum{Layer: base, MediaType: types.OCILayer, History: v1.History{Created: created, CreatedBy: "stickydrain-images: passwd, group, CA certificates, /tmp"}},
-		mutate.Addendum{Layer: app, MediaType: types.OCILayer, History: v1.History{Created: created, CreatedBy: "stickydrain-images: " + spec.Name + " binaries"}},
-	)
+	adds := []mutate.Addendum{
+		{Layer: base, MediaType: types.OCILayer, History: v1.History{Created: created, CreatedBy: "stickydrain-images: passwd, group, CA certificates, /tmp"}},
+		{Layer: app, MediaType: types.OCILayer, History: v1.History{Created: created, CreatedBy: "stickydrain-images: " + spec.Name + " binaries"}},
+	}
+	if spec.Host != nil {
+		host, err := hostLayer(o, spec, p)
+		if err != nil {
+			return nil, err
+		}
+		adds = append(adds, mutate.Addendum{Layer: host, MediaType: types.OCILayer,
+			History: v1.History{Created: created, CreatedBy: "stickydrain-images: " + spec.Name + ": the build machine's files"}})
+	}
+	img, err = mutate.Append(img, adds...)
 	if err != nil {
 		return nil, fmt.Errorf("adding layers: %w", err)
 	}
@@ -331,7 +340,7 @@ func platformImage(o BuildOptions, spec Image, base v1.Layer, p v1.Platform, bin
 	cf.Created = created
 	cf.Config.User = fmt.Sprintf("%d:%d", NonRoot, NonRoot)
 	cf.Config.Entrypoint = spec.Entrypoint
-	cf.Config.Env = []string{"PATH=/", "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"}
+	cf.Config.Env = append([]string{"PATH=/", "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"}, spec.Env...)
 	cf.Config.WorkingDir = "/"
 	cf.Config.Labels = Labels(o, spec)
 	img, err = mutate.ConfigFile(img, cf)

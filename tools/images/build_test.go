@@ -7,12 +7,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
@@ -226,4 +228,68 @@ func elfMachine(t *testing.T, b []byte, name string) string {
 		return "arm64"
 	}
 	return "unknown"
+}
+
+// An image of the build machine's files: its trees with links followed and
+// skips left out, the libraries its ELF files load and their loader, its
+// writable directories the non-root user's; and only for this platform.
+func TestHostFilesLayer(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{"a/keep.txt": "kept", "a/skip.txt": "skipped", "b/target.txt": "by its link"} {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("../b/target.txt", filepath.Join(dir, "a", "link.txt")); err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions(t, t.TempDir())
+	spec := Image{Name: "host", Host: &HostFiles{
+		Trees:        []HostTree{{From: filepath.Join(dir, "a"), To: "/app", Skip: []string{"skip.txt"}}, {From: "/usr/bin/true"}},
+		LibrariesOf:  []string{"/usr/bin/true"},
+		WritableDirs: []string{"/app/work"},
+	}}
+	l, err := hostLayer(o, spec, v1.Platform{OS: "linux", Architecture: runtime.GOARCH})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdrs, data := contents(t, img)
+	if string(data["app/keep.txt"]) != "kept" || string(data["app/link.txt"]) != "by its link" || hdrs["app/link.txt"].Typeflag != tar.TypeReg {
+		t.Errorf("the tree: keep %q, link %q (want the linked file's bytes)", data["app/keep.txt"], data["app/link.txt"])
+	}
+	if _, ok := hdrs["app/skip.txt"]; ok {
+		t.Error("a skipped file is in the image")
+	}
+	h := hdrs["app/work/"]
+	if h == nil {
+		h = hdrs["app/work"]
+	}
+	if h == nil || h.Uid != NonRoot {
+		t.Errorf("writable directory: %+v, want owned by %d", h, NonRoot)
+	}
+	libc := false
+	for name := range hdrs {
+		libc = libc || strings.HasSuffix(name, "/libc.so.6")
+	}
+	if !libc || hdrs["usr/bin/true"] == nil {
+		t.Errorf("/usr/bin/true without its libc: %v", keys(hdrs))
+	}
+	if _, err := hostLayer(o, spec, v1.Platform{OS: "linux", Architecture: "s390x"}); err == nil || !strings.Contains(err.Error(), "build machine's files") {
+		t.Errorf("another platform: %v, want refused", err)
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }

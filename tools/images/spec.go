@@ -28,7 +28,39 @@ type Image struct {
 	// Test marks an image only the tests run (the session app, the pause
 	// process): built by the tests, not published.
 	Test bool
+	// Host, when set, adds files of the build machine (Debian's packages,
+	// the checkout's): such an image is built for the build machine's own
+	// platform only.
+	Host *HostFiles
+	// Env is the image's environment beside PATH and SSL_CERT_FILE.
+	Env []string
 }
+
+// HostFiles are what an image takes from the build machine, in one layer.
+type HostFiles struct {
+	// Trees are files and directories, symbolic links followed.
+	Trees []HostTree
+	// LibrariesOf are ELF files of the image (globs, at their path in the
+	// image, which is their path on the build machine) whose shared
+	// libraries and dynamic loader the image gets too, where ldd finds
+	// them on the build machine.
+	LibrariesOf []string
+	// WritableDirs are directories created for the non-root user.
+	WritableDirs []string
+}
+
+// HostTree is one file or directory of the build machine an image holds.
+type HostTree struct {
+	// From is its path: absolute, or relative to the checkout.
+	From string
+	// To is its path in the image; empty: From (which is then absolute).
+	To string
+	// Skip are paths under From (slash-separated, relative) left out.
+	Skip []string
+}
+
+// jdk is Debian's OpenJDK 17 (openjdk-17-jre-headless).
+const jdk = "/usr/lib/jvm/java-17-openjdk-amd64"
 
 // versionVar is what the webhook's and the controller's build_info says.
 const versionVar = "github.com/stickydrain/stickydrain/internal/version.Version"
@@ -78,6 +110,36 @@ func Images() []Image {
 			Binaries:    []Binary{{Module: "test/tools/certmanager", Package: "./cmd/cert-manager", Path: "/cert-manager"}},
 			Entrypoint:  []string{"/cert-manager"},
 			Test:        true,
+		},
+		{
+			Name: "tomcat",
+			Description: "Debian's Tomcat 10.1 and its manager on Debian's OpenJDK 17 (the build machine's files: tomcat10, tomcat10-admin), " +
+				"running the session app of stickydrain's tests as JSP (test/e2e/testdata/tomcat), for the real-node tests",
+			Host: &HostFiles{
+				Trees: []HostTree{
+					{From: jdk, Skip: []string{"jmods", "man", "docs", "include", "legal", "lib/src.zip", "lib/ct.sym",
+						// The desktop's libraries: a server needs none of them.
+						"lib/libawt_xawt.so", "lib/libsplashscreen.so", "lib/libjawt.so", "lib/libatk-wrapper.so", "lib/libjsound.so"}},
+					{From: "/usr/share/tomcat10/bin/bootstrap.jar"},
+					{From: "/usr/share/tomcat10/bin/tomcat-juli.jar"},
+					{From: "/usr/share/tomcat10/lib"},
+					// The JSP compiler, which Debian's jasper.jar names in its
+					// Class-Path beside itself.
+					{From: "/usr/share/java/eclipse-jdt-core.jar", To: "/usr/share/tomcat10/lib/eclipse-jdt-core.jar"},
+					{From: "/usr/share/tomcat10/etc/web.xml", To: "/tomcat/conf/web.xml"},
+					{From: "/usr/share/tomcat10/etc/catalina.properties", To: "/tomcat/conf/catalina.properties"},
+					{From: "/usr/share/tomcat10-admin/manager"},
+					{From: "test/e2e/testdata/tomcat", To: "/tomcat"},
+				},
+				LibrariesOf:  []string{jdk + "/bin/java", jdk + "/lib/*.so", jdk + "/lib/server/*.so"},
+				WritableDirs: []string{"/tomcat/logs", "/tomcat/temp", "/tomcat/work"},
+			},
+			Entrypoint: []string{jdk + "/bin/java",
+				"-Dcatalina.home=/usr/share/tomcat10", "-Dcatalina.base=/tomcat", "-Djava.io.tmpdir=/tomcat/temp",
+				"-Djava.util.logging.manager=org.apache.juli.ClassLoaderLogManager", "-Djava.util.logging.config.file=/tomcat/conf/logging.properties",
+				"-cp", "/usr/share/tomcat10/bin/bootstrap.jar:/usr/share/tomcat10/bin/tomcat-juli.jar",
+				"org.apache.catalina.startup.Bootstrap", "start"},
+			Test: true,
 		},
 		{
 			Name:        "pause",

@@ -483,13 +483,8 @@ func runCount(ctx context.Context, args []string, env Env) int {
 		fmt.Fprintln(env.Stderr, "drainctl count: --url is required (e.g. --url http://localhost:8080/sessions)")
 		return api.ExitUsage
 	}
-	if err := w.Source.Validate(); err != nil {
-		fmt.Fprintf(env.Stderr, "drainctl count: %v\n", err)
-		return api.ExitUsage
-	}
-	c, err := source.New(w.Source)
-	if err != nil {
-		fmt.Fprintf(env.Stderr, "drainctl count: %v\n", err)
+	c, ok := sourceClient("count", w, env)
+	if !ok {
 		return api.ExitUsage
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.RequestTimeout)
@@ -502,6 +497,21 @@ func runCount(ctx context.Context, args []string, env Env) int {
 	fmt.Fprintln(env.Stdout, countText(r.Count))
 	fmt.Fprintf(env.Stderr, "format: %s\n", r.Format)
 	return 0
+}
+
+// sourceClient is the count's client of w's source flags, for command
+// name (count, probe); false once it has said why there is none.
+func sourceClient(name string, w *params.Wait, env Env) (*source.Client, bool) {
+	if err := w.Source.Validate(); err != nil {
+		fmt.Fprintf(env.Stderr, "drainctl %s: %v\n", name, err)
+		return nil, false
+	}
+	c, err := source.New(w.Source)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "drainctl %s: %v\n", name, err)
+		return nil, false
+	}
+	return c, true
 }
 
 const installSynopsis = `drainctl install DIR

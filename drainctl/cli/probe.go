@@ -11,7 +11,6 @@ import (
 
 	"github.com/stickydrain/stickydrain/api"
 	"github.com/stickydrain/stickydrain/api/params"
-	"github.com/stickydrain/stickydrain/drainctl/source"
 )
 
 const probeSynopsis = `drainctl probe --get URL [--requests N] [flags]
@@ -58,13 +57,8 @@ func runProbe(ctx context.Context, args []string, env Env) int {
 		fmt.Fprintln(env.Stderr, "drainctl probe: --url is required: the session count to read before and after (e.g. --url http://localhost:8080/sessions)")
 		return api.ExitUsage
 	}
-	if err := w.Source.Validate(); err != nil {
-		fmt.Fprintf(env.Stderr, "drainctl probe: %v\n", err)
-		return api.ExitUsage
-	}
-	c, err := source.New(w.Source)
-	if err != nil {
-		fmt.Fprintf(env.Stderr, "drainctl probe: %v\n", err)
+	c, ok := sourceClient("probe", w, env)
+	if !ok {
 		return api.ExitUsage
 	}
 	count := func() (float64, error) {

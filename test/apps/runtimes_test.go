@@ -66,12 +66,9 @@ func tomcat() runtime {
 			write(t, filepath.Join(dir, "conf", "Catalina", "localhost", "manager.xml"),
 				`<Context docBase="/usr/share/tomcat10-admin/manager" privileged="true" antiResourceLocking="false"/>`+"\n")
 			copyDir(t, filepath.Join(testdata(), "tomcat", "shop"), filepath.Join(dir, "webapps", "shop"))
-			p, err := proc.StartWith(proc.Options{Dir: dir, Env: []string{"CATALINA_HOME=" + home, "CATALINA_BASE=" + dir,
-				"CATALINA_TMPDIR=" + filepath.Join(dir, "temp"), "CATALINA_PID=" + filepath.Join(dir, "tomcat.pid")}},
-				filepath.Join(dir, "tomcat.log"), home+"/bin/catalina.sh", "run")
-			must.OK(t, err)
-			t.Cleanup(p.KillGroup)
-			waitServes(t, ctx, fmt.Sprintf("http://127.0.0.1:%d/shop/health.jsp", port), filepath.Join(dir, "tomcat.log"))
+			serve(t, ctx, dir, fmt.Sprintf("http://127.0.0.1:%d/shop/health.jsp", port),
+				[]string{"CATALINA_HOME=" + home, "CATALINA_BASE=" + dir, "CATALINA_TMPDIR=" + filepath.Join(dir, "temp"), "CATALINA_PID=" + filepath.Join(dir, "tomcat.pid")},
+				home+"/bin/catalina.sh", "run")
 			return []string{"TOMCAT_MANAGER_CREDENTIALS=drain:apps-test-only"}
 		},
 	}
@@ -103,11 +100,8 @@ func php() runtime {
 			copyDir(t, filepath.Join(testdata(), "php"), root)
 			tmp := filepath.Join(dir, "tmp")
 			must.OK(t, os.MkdirAll(tmp, 0o755))
-			p, err := proc.StartWith(proc.Options{Dir: dir, Env: []string{"TMPDIR=" + tmp, "PHP_CLI_SERVER_WORKERS=4"}},
-				filepath.Join(dir, "php.log"), "/usr/bin/php", "-n", "-d", "session.save_path=", "-S", fmt.Sprintf("127.0.0.1:%d", port), "-t", root)
-			must.OK(t, err)
-			t.Cleanup(p.KillGroup)
-			waitServes(t, ctx, fmt.Sprintf("http://127.0.0.1:%d/health.php", port), filepath.Join(dir, "php.log"))
+			serve(t, ctx, dir, fmt.Sprintf("http://127.0.0.1:%d/health.php", port), []string{"TMPDIR=" + tmp, "PHP_CLI_SERVER_WORKERS=4"},
+				"/usr/bin/php", "-n", "-d", "session.save_path=", "-S", fmt.Sprintf("127.0.0.1:%d", port), "-t", root)
 			return nil
 		},
 	}
@@ -125,11 +119,8 @@ func node() runtime {
 		start: func(t *testing.T, ctx context.Context, dir string, port int) []string {
 			need(t, "/usr/bin/node", "nodejs")
 			mods := nodeModules(t)
-			p, err := proc.StartWith(proc.Options{Dir: dir, Env: []string{fmt.Sprintf("PORT=%d", port), "NODE_PATH=" + filepath.Join(mods, "node_modules")}},
-				filepath.Join(dir, "node.log"), "/usr/bin/node", filepath.Join(testdata(), "node", "server.js"))
-			must.OK(t, err)
-			t.Cleanup(p.KillGroup)
-			waitServes(t, ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", port), filepath.Join(dir, "node.log"))
+			serve(t, ctx, dir, fmt.Sprintf("http://127.0.0.1:%d/healthz", port), []string{fmt.Sprintf("PORT=%d", port), "NODE_PATH=" + filepath.Join(mods, "node_modules")},
+				"/usr/bin/node", filepath.Join(testdata(), "node", "server.js"))
 			return nil
 		},
 	}
@@ -172,10 +163,15 @@ func docArgs(t *testing.T, suffix string, port int) []string {
 	return nil
 }
 
-// waitServes waits until url answers 200, or fails the test with the end
-// of the server's log.
-func waitServes(t *testing.T, ctx context.Context, url, log string) {
+// serve starts the server bin in dir with env added, its output in
+// dir/server.log, stopped when the test ends, and waits until url answers
+// 200 (or fails the test with the end of its log).
+func serve(t *testing.T, ctx context.Context, dir, url string, env []string, bin string, args ...string) {
 	t.Helper()
+	log := filepath.Join(dir, "server.log")
+	p, err := proc.StartWith(proc.Options{Dir: dir, Env: env}, log, bin, args...)
+	must.OK(t, err)
+	t.Cleanup(p.KillGroup)
 	if err := proc.WaitHTTP(ctx, url, 90*time.Second); err != nil {
 		t.Fatalf("%s never answered: %v; the end of its log:\n%s", url, err, proc.Tail(log, 30))
 	}

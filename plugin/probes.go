@@ -62,7 +62,12 @@ func (c *Client) checkProbes(ctx context.Context, p *corev1.Pod, object string) 
 			f.Level = LevelWarning
 			f.Message = fmt.Sprintf("%s %s creates sessions: %d requests to it added %s to the count in pod %s, so each one made a session; %s",
 				t.what, t.url, probeRequests, strings.TrimSpace(stdout), p.Name, everyPeriod(t.period))
-			f.Fix = "point it at a path that creates no session: a static file or a JSP with <%@ page session=\"false\" %> (Tomcat), a script without session_start() (PHP), saveUninitialized: false (express-session); see docs/opting-in.md, \"Probes that create sessions\""
+			f.Fix = "point it at a path that creates no session: a static file or a JSP with <%@ page session=\"false\" %> (Tomcat), a script without session_start() (PHP), saveUninitialized: false (express-session); see docs/prepare-your-app.md"
+		case gain > 0:
+			f.Level = LevelWarning
+			f.Message = fmt.Sprintf("%s %s: %d requests added %s to the count in pod %s, fewer than the requests: users logging in at the same moment, or a path that makes a session now and then",
+				t.what, t.url, probeRequests, strings.TrimSpace(stdout), p.Name)
+			f.Fix = "run check again; if the gain stays, see docs/prepare-your-app.md"
 		default:
 			f.Level = LevelOK
 			f.Message = fmt.Sprintf("%s %s creates no session (%d requests added %s to the count in pod %s)", t.what, t.url, probeRequests, strings.TrimSpace(stdout), p.Name)

@@ -33,13 +33,15 @@ func TestCheckAsksWhetherEachProbeCreatesSessions(t *testing.T) {
 	// The app: /shop/ makes a session per request, /healthz none, /broken
 	// cannot be asked.
 	var ran []string
-	c := &Client{Kube: kube, HealthCheckPaths: []string{"healthz", "/broken"}, Exec: func(_ context.Context, ns, pod, container string, cmd []string) (string, string, error) {
+	c := &Client{Kube: kube, HealthCheckPaths: []string{"healthz", "/broken", "/now-and-then"}, Exec: func(_ context.Context, ns, pod, container string, cmd []string) (string, string, error) {
 		ran = append(ran, strings.Join(cmd, " "))
 		switch {
 		case cmd[1] == "count":
 			return "4\n", "format: number\n", nil
 		case strings.Contains(cmd[2], "/shop/"):
 			return "3\n", "3 requests added 3 sessions\n", nil
+		case strings.Contains(cmd[2], "/now-and-then"):
+			return "1\n", "3 requests added 1 sessions\n", nil
 		case strings.Contains(cmd[2], "/broken"):
 			return "", "drainctl: unknown command \"probe\"\n", errors.New("command terminated with exit code 2")
 		}
@@ -57,16 +59,16 @@ func TestCheckAsksWhetherEachProbeCreatesSessions(t *testing.T) {
 		}
 	}
 	if f := got["readiness probe"]; f.Level != LevelWarning || !strings.Contains(f.Message, "http://localhost:8080/shop/ creates sessions") ||
-		!strings.Contains(f.Message, "requested every 5s") || !strings.Contains(f.Fix, `session="false"`) {
+		!strings.Contains(f.Message, "requested every 5s") || !strings.Contains(f.Fix, `session="false"`) || !strings.Contains(f.Fix, "prepare-your-app.md") {
 		t.Errorf("readiness probe on a page that makes sessions: %+v", f)
 	}
-	if _, ok := got["liveness probe"]; ok || n != 3 {
-		t.Errorf("findings %v: want the readiness probe and the two health-check paths (the liveness probe asks the same URL)", got)
+	if _, ok := got["liveness probe"]; ok || n != 4 {
+		t.Errorf("findings %v: want the readiness probe and the three health-check paths (the liveness probe asks the same URL)", got)
 	}
 	if f := got["load balancer health check"]; f.Level == "" {
 		t.Errorf("no health-check finding: %v", got)
 	}
-	var ok, unknown int
+	var ok, unknown, unclear int
 	for _, f := range fs {
 		if f.Check != "probe-sessions" {
 			continue
@@ -76,13 +78,15 @@ func TestCheckAsksWhetherEachProbeCreatesSessions(t *testing.T) {
 			ok++
 		case strings.Contains(f.Message, "http://localhost:8080/broken: cannot tell") && f.Level == LevelWarning && strings.Contains(f.Fix, "upgrade"):
 			unknown++
+		case strings.Contains(f.Message, "/now-and-then: 3 requests added 1") && f.Level == LevelWarning && strings.Contains(f.Fix, "run check again"):
+			unclear++
 		}
 	}
-	if ok != 1 || unknown != 1 {
-		t.Errorf("health checks: %d ok (want 1, /healthz), %d cannot tell (want 1, /broken): %+v", ok, unknown, fs)
+	if ok != 1 || unknown != 1 || unclear != 1 {
+		t.Errorf("health checks: %d ok (want 1, /healthz), %d cannot tell (want 1, /broken), %d unclear (want 1, /now-and-then): %+v", ok, unknown, unclear, fs)
 	}
 	want := "/stickydrain/bin/drainctl probe --get=http://localhost:8080/shop/ --requests=3 --url=http://localhost:8080/sessions --get-header=X-Probe: 1"
-	if len(ran) != 4 || ran[1] != want {
-		t.Errorf("exec: %q, want the count, then %q and the two health checks", ran, want)
+	if len(ran) != 5 || ran[1] != want {
+		t.Errorf("exec: %q, want the count, then %q and the three health checks", ran, want)
 	}
 }

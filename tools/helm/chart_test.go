@@ -336,6 +336,11 @@ func TestABadValueFailsNamingIt(t *testing.T) {
 		{"a load balancer type", "controller: {config: {loadBalancers: [{name: edge, type: f5, instances: {static: ['127.0.0.1:9999']}}]}}", "/controller/config/loadBalancers/0/type"},
 		{"a configuration key", "controller: {config: {loadBalancer: []}}", "loadBalancer"},
 		{"an Envoy Gateway without its permissions", "controller: {config: {envoyGateway: {gateways: [{namespace: gw, name: public}]}}}", "controller.envoyGateway.enabled"},
+		{"a failure policy", "webhook: {failurePolicy: Open}", "/webhook/failurePolicy"},
+		{"a log level", "logLevel: verbose", "/logLevel"},
+		{"an extra argument that is not a flag", "controller: {extraArgs: ['zap-log-level=debug']}", "/controller/extraArgs/0"},
+		{"a label value that is not a string", "commonLabels: {team: {name: shop}}", "/commonLabels/team"},
+		{"a privileged port", "webhook: {securePort: 443}", "/webhook/securePort"},
 		{"a Gateway without a namespace", "controller: {envoyGateway: {enabled: true}, config: {envoyGateway: {gateways: [{name: public}]}}}", "/controller/config/envoyGateway/gateways/0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -468,5 +473,91 @@ func TestTheConcurrencyBoundsAreValues(t *testing.T) {
 	}
 	if _, err := render(map[string]any{"controller": map[string]any{"concurrentReconciles": 0}}); err == nil || !strings.Contains(err.Error(), "concurrentReconciles") {
 		t.Errorf("concurrentReconciles 0: %v; want the schema to refuse it, naming it", err)
+	}
+}
+
+// The values every chart has, named as cert-manager's chart names them:
+// global (for a subchart), commonLabels, logLevel, each component's
+// podLabels, podAnnotations and extraArgs, the webhook's port, host
+// network and failure policy, and labels for the Prometheus Operator's
+// selectors; each rendered where it belongs, none rendered by default.
+func TestTheValuesEveryChartHas(t *testing.T) {
+	objs := mustRender(t, map[string]any{
+		"global":       map[string]any{"imageRegistry": "mirror.example"},
+		"commonLabels": map[string]any{"team": "platform"},
+		"logLevel":     "debug",
+		"webhook": map[string]any{
+			"securePort": 10250 + 13, "hostNetwork": true, "failurePolicy": "Ignore",
+			"podLabels": map[string]any{"tier": "admission"}, "podAnnotations": map[string]any{"example.com/scrape": "no"},
+			"extraArgs": []any{"--namespace-opt-in-owner-kinds=ReplicaSet,StatefulSet,DaemonSet"},
+		},
+		"controller": map[string]any{"extraArgs": []any{"--sync-period=5m"}, "podLabels": map[string]any{"tier": "control"}},
+		"monitoring": map[string]any{"serviceMonitors": true, "additionalLabels": map[string]any{"release": "kube-prometheus-stack"}},
+	})
+	const port = 10263
+	seen := map[string]bool{}
+	for _, o := range objs {
+		kind, name := o.GetKind(), o.GetName()
+		if o.GetLabels()["team"] != "platform" {
+			t.Errorf("%s %s: no commonLabels: %v", kind, name, o.GetLabels())
+		}
+		switch {
+		case kind == "Deployment":
+			seen[name] = true
+			tmpl, _, _ := unstructured.NestedMap(o.Object, "spec", "template")
+			labels, _, _ := unstructured.NestedStringMap(tmpl, "metadata", "labels")
+			ctrs, _, _ := unstructured.NestedSlice(tmpl, "spec", "containers")
+			args := fmt.Sprint(ctrs[len(ctrs)-1].(map[string]any)["args"])
+			if labels["team"] != "platform" || !strings.Contains(args, "--zap-log-level=debug") {
+				t.Errorf("%s: pod labels %v, args %s; want commonLabels and --zap-log-level=debug", name, labels, args)
+			}
+			if name == "stickydrain-webhook" {
+				ann, _, _ := unstructured.NestedStringMap(tmpl, "metadata", "annotations")
+				host, _, _ := unstructured.NestedBool(tmpl, "spec", "hostNetwork")
+				dns, _, _ := unstructured.NestedString(tmpl, "spec", "dnsPolicy")
+				ports := fmt.Sprint(ctrs[0].(map[string]any)["ports"])
+				if labels["tier"] != "admission" || ann["example.com/scrape"] != "no" || !host || dns != "ClusterFirstWithHostNet" ||
+					!strings.Contains(args, fmt.Sprintf("--port=%d", port)) || !strings.Contains(ports, fmt.Sprintf("containerPort:%d", port)) ||
+					!strings.Contains(args, "--namespace-opt-in-owner-kinds=ReplicaSet,StatefulSet,DaemonSet") {
+					t.Errorf("webhook: labels %v, annotations %v, hostNetwork %v, dnsPolicy %q, args %s, ports %s", labels, ann, host, dns, args, ports)
+				}
+			} else if labels["tier"] != "control" || !strings.Contains(args, "--sync-period=5m") {
+				t.Errorf("controller: labels %v, args %s", labels, args)
+			}
+		case kind == "MutatingWebhookConfiguration":
+			hooks, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+			for _, h := range hooks {
+				hook := h.(map[string]any)
+				if strings.Contains(hook["name"].(string), "opt-in") && hook["failurePolicy"] != "Ignore" {
+					t.Errorf("%s: failurePolicy %v, want Ignore", hook["name"], hook["failurePolicy"])
+				}
+			}
+			seen[kind] = true
+		case kind == "NetworkPolicy":
+			if !strings.Contains(fmt.Sprint(o.Object["spec"]), fmt.Sprintf("port:%d", port)) {
+				t.Errorf("NetworkPolicy does not let in the webhook's port %d: %v", port, o.Object["spec"])
+			}
+			seen[kind] = true
+		case kind == "ServiceMonitor" || kind == "PrometheusRule":
+			if o.GetLabels()["release"] != "kube-prometheus-stack" {
+				t.Errorf("%s %s: labels %v, want release: kube-prometheus-stack", kind, name, o.GetLabels())
+			}
+			seen[kind] = true
+		}
+	}
+	for _, want := range []string{"stickydrain-webhook", "stickydrain-controller", "MutatingWebhookConfiguration", "NetworkPolicy", "ServiceMonitor", "PrometheusRule"} {
+		if !seen[want] {
+			t.Errorf("%s not rendered", want)
+		}
+	}
+	// The defaults render none of it (the parity test holds them to the
+	// kustomize install, object by object).
+	for _, o := range mustRender(t, map[string]any{}) {
+		if o.GetKind() == "Deployment" {
+			ctrs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			if a := fmt.Sprint(ctrs[len(ctrs)-1].(map[string]any)["args"]); strings.Contains(a, "--zap-log-level") {
+				t.Errorf("%s: the defaults set a log level: %s", o.GetName(), a)
+			}
+		}
 	}
 }

@@ -7,6 +7,45 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+A component's pod template metadata: (list $ "webhook"|"controller").
+*/}}
+{{- define "stickydrain.podMetadata" -}}
+{{- $root := index . 0 -}}
+{{- $name := index . 1 -}}
+{{- $c := index $root.Values $name -}}
+labels:
+  app.kubernetes.io/name: stickydrain-{{ $name }}
+  {{- with $root.Values.commonLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+  {{- with $c.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with $c.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+A component's flags from the chart's logLevel and its extraArgs, as args
+lines: (list $ "webhook"|"controller").
+*/}}
+{{- define "stickydrain.extraArgs" -}}
+{{- $root := index . 0 -}}
+{{- $c := index $root.Values (index . 1) -}}
+{{- with $root.Values.logLevel }}
+- --zap-log-level={{ . }}
+{{- end }}
+{{- range $c.extraArgs }}
+- {{ . | quote }}
+{{- end }}
 {{- end }}
 
 {{/*

@@ -410,8 +410,9 @@ func TestTheDeploymentsAreHardenedAndHighlyAvailable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !sel.Matches(labels.Set(d.Spec.Template.Labels)) || pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 {
-			t.Errorf("%s: PodDisruptionBudget %+v does not keep one of its pods", name, pdb.Spec)
+		if !sel.Matches(labels.Set(d.Spec.Template.Labels)) || pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 ||
+			pdb.Spec.UnhealthyPodEvictionPolicy == nil || *pdb.Spec.UnhealthyPodEvictionPolicy != policyv1.AlwaysAllow {
+			t.Errorf("%s: PodDisruptionBudget %+v: want one of its pods down at a time, and an unhealthy one never blocking a drain", name, pdb.Spec)
 		}
 	}
 	// Each Service selects its pods and targets ports they have.
@@ -439,8 +440,19 @@ func TestTheNetworkPolicyLetsInOnlyWhatIsServed(t *testing.T) {
 	objs := render(t, manifests.Dir("default"))
 	var np networkingv1.NetworkPolicy
 	find(t, objs, "NetworkPolicy", "stickydrain", &np)
-	if len(np.Spec.PodSelector.MatchLabels)+len(np.Spec.PodSelector.MatchExpressions) != 0 || !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
-		t.Errorf("the NetworkPolicy selects %+v for %v, want every pod, ingress", np.Spec.PodSelector, np.Spec.PolicyTypes)
+	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dep := range []string{"stickydrain-webhook", "stickydrain-controller"} {
+		var d appsv1.Deployment
+		find(t, objs, "Deployment", dep, &d)
+		if !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+			t.Errorf("the NetworkPolicy (%s) does not select the pods of %s", sel, dep)
+		}
+	}
+	if sel.Empty() || sel.Matches(labels.Set{"app": "someone-elses"}) || !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+		t.Errorf("the NetworkPolicy selects %s for %v, want the install's pods only, ingress", sel, np.Spec.PolicyTypes)
 	}
 	allowed := map[int32]bool{}
 	for _, r := range np.Spec.Ingress {

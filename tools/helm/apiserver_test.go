@@ -145,10 +145,12 @@ func TestHelmInstallUpgradeUninstallOnARealAPIServer(t *testing.T) {
 		t.Errorf("helm upgrade with controller.config: no ConfigMap stickydrain-controller")
 	}
 	// The operator's next values file leaves controller.config out (helm
-	// upgrade with no values at all would reuse the last ones).
+	// upgrade with no values at all would reuse the last ones): Helm keeps
+	// the ConfigMap (helm.sh/resource-policy: keep), so that the controller
+	// does not start with no configuration.
 	upgrade(map[string]any{"webhook": map[string]any{"replicas": 2}})
-	if exists(cm) {
-		t.Errorf("helm upgrade without controller.config kept the chart's ConfigMap")
+	if !exists(cm) {
+		t.Errorf("helm upgrade without controller.config deleted the chart's ConfigMap: the controller would start with no configuration")
 	}
 	list := action.NewList(cfg)
 	if rels, err := list.Run(); err != nil || len(rels) != 1 {
@@ -169,5 +171,9 @@ func TestHelmInstallUpgradeUninstallOnARealAPIServer(t *testing.T) {
 		if exists(o) {
 			t.Errorf("after helm uninstall: %s %s/%s is left", o.GetKind(), o.GetNamespace(), o.GetName())
 		}
+	}
+	// The kept ConfigMap is the one thing left, as docs/install.md says.
+	if !exists(cm) {
+		t.Errorf("after helm uninstall: the kept ConfigMap stickydrain-controller is gone")
 	}
 }

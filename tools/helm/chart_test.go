@@ -561,3 +561,51 @@ func TestTheValuesEveryChartHas(t *testing.T) {
 		}
 	}
 }
+
+// The defaults that do not surprise: a PodDisruptionBudget only where it
+// can let a node drain (more than one replica), one replica down at a time
+// and an unhealthy one never blocking; minAvailable when asked for; the
+// NetworkPolicy on the install's pods only; the chart's controller
+// ConfigMap kept by Helm when an upgrade's values leave it out.
+func TestTheDefaultsDoNotSurprise(t *testing.T) {
+	pdbs := func(objs []*unstructured.Unstructured) map[string]map[string]any {
+		out := map[string]map[string]any{}
+		for _, o := range objs {
+			if o.GetKind() == "PodDisruptionBudget" {
+				out[o.GetName()] = o.Object["spec"].(map[string]any)
+			}
+		}
+		return out
+	}
+	def := pdbs(mustRender(t, map[string]any{}))
+	for _, name := range []string{"stickydrain-webhook", "stickydrain-controller"} {
+		if s := def[name]; s == nil || fmt.Sprint(s["maxUnavailable"]) != "1" || s["unhealthyPodEvictionPolicy"] != "AlwaysAllow" || s["minAvailable"] != nil {
+			t.Errorf("%s: PodDisruptionBudget %v, want maxUnavailable 1 and AlwaysAllow", name, s)
+		}
+	}
+	one := pdbs(mustRender(t, map[string]any{"webhook": map[string]any{"replicas": 1}, "controller": map[string]any{"replicas": 1}}))
+	if len(one) != 0 {
+		t.Errorf("one replica each: PodDisruptionBudgets %v, want none (a budget of one pod blocks every node drain)", one)
+	}
+	min := pdbs(mustRender(t, map[string]any{"webhook": map[string]any{"replicas": 3, "podDisruptionBudget": map[string]any{"minAvailable": 2}}}))
+	if s := min["stickydrain-webhook"]; fmt.Sprint(s["minAvailable"]) != "2" || s["maxUnavailable"] != nil {
+		t.Errorf("minAvailable 2: %v", s)
+	}
+	kept := false
+	for _, o := range mustRender(t, map[string]any{"controller": map[string]any{"config": map[string]any{"loadBalancers": []any{}}}}) {
+		switch o.GetKind() {
+		case "ConfigMap":
+			kept = kept || o.GetName() == "stickydrain-controller"
+			if o.GetName() == "stickydrain-controller" && o.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
+				t.Errorf("the controller's ConfigMap: annotations %v, want helm.sh/resource-policy: keep", o.GetAnnotations())
+			}
+		case "NetworkPolicy":
+			if sel := fmt.Sprint(o.Object["spec"].(map[string]any)["podSelector"]); !strings.Contains(sel, "stickydrain-webhook") || !strings.Contains(sel, "stickydrain-controller") {
+				t.Errorf("NetworkPolicy podSelector %s, want the install's two Deployments' pods", sel)
+			}
+		}
+	}
+	if !kept {
+		t.Error("controller.config set: no ConfigMap stickydrain-controller rendered")
+	}
+}

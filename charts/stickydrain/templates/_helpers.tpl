@@ -190,6 +190,9 @@ The PodDisruptionBudget of one component.
 {{- define "stickydrain.pdb" -}}
 {{- $root := index . 0 -}}
 {{- $name := index . 1 -}}
+{{- $c := index $root.Values $name -}}
+{{- $pdb := $c.podDisruptionBudget -}}
+{{- if and $pdb.enabled (gt (int $c.replicas) 1) -}}
 apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata:
@@ -198,8 +201,14 @@ metadata:
   labels:
     {{- include "stickydrain.labels" $root | nindent 4 }}
 spec:
-  minAvailable: {{ (index $root.Values $name).podDisruptionBudget.minAvailable }}
+  {{- if ne $pdb.minAvailable nil }}
+  minAvailable: {{ $pdb.minAvailable }}
+  {{- else }}
+  maxUnavailable: {{ $pdb.maxUnavailable }}
+  {{- end }}
+  unhealthyPodEvictionPolicy: {{ $pdb.unhealthyPodEvictionPolicy }}
   selector:
     matchLabels:
       app.kubernetes.io/name: stickydrain-{{ $name }}
+{{- end }}
 {{- end }}

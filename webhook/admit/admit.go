@@ -77,12 +77,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // reasonNamespaceUnreadable is the reason of every admission that errs.
 const reasonNamespaceUnreadable inject.Reason = "namespace-unreadable"
 
-// serves starts a webhook's error count at 0: a series born at 1 has no
-// rate() until it counts again, and the alert on failing admissions would
-// miss a webhook that fails once in a while.
+// serves starts a webhook's error and refusal counts at 0: a series born
+// at 1 has no rate() or increase() until it counts again, and the alerts
+// on failing admissions and refused pods would miss the first.
 func (m *Metrics) serves(webhook string) {
 	if m != nil {
 		m.admissions.WithLabelValues(webhook, "error", string(reasonNamespaceUnreadable))
+		m.admissions.WithLabelValues(webhook, "denied", string(inject.ReasonInvalid))
 	}
 }
 

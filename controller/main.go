@@ -173,7 +173,12 @@ type configWatcher struct {
 func (w *configWatcher) run(ctx context.Context) error {
 	config.Watch(ctx, w.path, w.loaded, 5*time.Second, w.types, func(c *config.Config) bool { return w.apply(ctx, c) }, func(err error) {
 		w.m.ConfigChange("invalid")
+		w.m.ConfigHeld("invalid")
 		w.log.Error(err, "refusing configuration change; keeping the running configuration", "config", w.path)
+	}, func() {
+		w.refusal = ""
+		w.m.ConfigHeld("")
+		w.log.Info("the configuration file is back to the running configuration: no change is held", "config", w.path)
 	})
 	return nil
 }
@@ -197,6 +202,7 @@ func (w *configWatcher) apply(ctx context.Context, c *config.Config) bool {
 		for i, v := range revs {
 			what[i] = v.String()
 		}
+		w.m.ConfigHeld("revoking")
 		if said := strings.Join(what, "; "); said != w.refusal {
 			w.refusal = said
 			w.m.ConfigChange("revoking")
@@ -222,6 +228,7 @@ func (w *configWatcher) apply(ctx context.Context, c *config.Config) bool {
 		w.log.Error(errors.New("envoyGateway was added after start"), "restart the controller to start the Envoy Gateway integration (it watches Gateway API objects only when the configuration at start lists gateways); the rest of the change applies", "config", w.path)
 	}
 	w.m.ConfigChange("applied")
+	w.m.ConfigHeld("")
 	w.log.Info("configuration reloaded", "config", w.path, "loadBalancers", len(c.LoadBalancers))
 	for _, warning := range c.Warnings() {
 		w.log.Info("warning: "+warning, "config", w.path)

@@ -293,7 +293,8 @@ resync: 2s
 	if es, _, _ := read(); !holds(es, shopA, shopB) {
 		t.Errorf("edge/shop holds %v after a refused configuration change; want shop's pods still", es)
 	}
-	ctl.expectMetrics(t, `stickydrain_controller_config_changes_total{result="revoking"} 1`)
+	ctl.expectMetrics(t, `stickydrain_controller_config_changes_total{result="revoking"} 1`,
+		`stickydrain_controller_config_held{reason="revoking"} 1`) // held, for as long as it is
 	var web corev1.Service
 	must.OK(t, k.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "web"}, &web))
 	web.Annotations["stickydrain.io/upstreams"] = "plus/shop"
@@ -303,6 +304,7 @@ resync: 2s
 		body, err := framework.ScrapeGuarded(ctx, ctl.c, ctl.metricsPort)
 		return err == nil && strings.Contains(body, `stickydrain_controller_config_changes_total{result="applied"} 1`)
 	})
+	ctl.expectMetrics(t, `stickydrain_controller_config_held{reason="revoking"} 0`, `stickydrain_controller_config_held{reason="invalid"} 0`)
 	if _, _, ps := read(); !holds(ps, shopA, shopB) {
 		t.Errorf("plus/shop holds %v after shop/web left edge; want shop's pods still", ps)
 	}

@@ -9,16 +9,21 @@ import (
 
 // Watch re-reads the file at path every interval (a ConfigMap volume is
 // updated by a symlink swap, which file events miss) and, when its content
-// differs from loaded (what the running configuration was parsed from) and
-// from the last content settled, calls apply with the new configuration if
-// it is valid (types checks what belongs to each load balancer's type), or
-// refused with the reason if it is not; a refused change leaves the
-// running configuration as it is. apply returns whether the content is
-// settled (applied, or refused for good); when it is not, the same content
-// is given to apply again at the next interval. A file that disappears
-// (its ConfigMap deleted) changes nothing. It returns when ctx ends.
-func Watch(ctx context.Context, path string, loaded []byte, every time.Duration, types TypeChecker, apply func(*Config) bool, refused func(error)) {
-	last := loaded
+// differs from what the running configuration was parsed from (loaded at
+// first, then each content applied), calls apply with the new
+// configuration if it is valid (types checks what belongs to each load
+// balancer's type), or refused with the reason if it is not (once per
+// content); a refused change leaves the running configuration as it is.
+// apply returns whether the content is settled (applied); when it is not
+// (held), the same content is given to apply again at the next interval.
+// back, when not nil, is called when the file returns to the running
+// configuration's content after a refused or held one: nothing is pending
+// any more. A file that disappears (its ConfigMap deleted) changes
+// nothing. It returns when ctx ends.
+func Watch(ctx context.Context, path string, loaded []byte, every time.Duration, types TypeChecker, apply func(*Config) bool, refused func(error), back func()) {
+	running := loaded
+	var invalid []byte // the last content refused as invalid, said once
+	pending := false   // a content other than the running one was refused or held
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -28,17 +33,30 @@ func Watch(ctx context.Context, path string, loaded []byte, every time.Duration,
 		case <-t.C:
 		}
 		b, err := os.ReadFile(path)
-		if err != nil || bytes.Equal(b, last) {
+		if err != nil {
+			continue
+		}
+		if bytes.Equal(b, running) {
+			if pending && back != nil {
+				back()
+			}
+			pending, invalid = false, nil
+			continue
+		}
+		if invalid != nil && bytes.Equal(b, invalid) {
 			continue
 		}
 		c, err := Parse(b, types)
 		if err != nil {
-			last = b
+			invalid, pending = b, true
 			refused(err)
 			continue
 		}
+		invalid = nil
 		if apply(c) {
-			last = b
+			running, pending = b, false
+		} else {
+			pending = true
 		}
 	}
 }

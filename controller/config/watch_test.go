@@ -30,7 +30,7 @@ func TestWatchAppliesValidChangesAndRefusesInvalidOnes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	loaded, _ := os.ReadFile(path)
-	go config.Watch(ctx, path, loaded, 10*time.Millisecond, drivers.New(), func(c *config.Config) bool { applied <- c; return true }, func(err error) { refused <- err })
+	go config.Watch(ctx, path, loaded, 10*time.Millisecond, drivers.New(), func(c *config.Config) bool { applied <- c; return true }, func(err error) { refused <- err }, nil)
 
 	write("loadBalancers: [{name: a, type: f5}]\n")
 	select {
@@ -69,7 +69,7 @@ func TestWatchRetriesAChangeNotSettledAndIgnoresADeletedFile(t *testing.T) {
 		n++
 		calls <- n
 		return n >= 3 // held twice, then settled
-	}, func(err error) { t.Errorf("refused: %v", err) })
+	}, func(err error) { t.Errorf("refused: %v", err) }, nil)
 	deadline := time.After(5 * time.Second)
 	for got := 0; got < 3; {
 		select {
@@ -85,5 +85,51 @@ func TestWatchRetriesAChangeNotSettledAndIgnoresADeletedFile(t *testing.T) {
 	case n := <-calls:
 		t.Fatalf("apply called again (%d) after settling, or for a deleted file", n)
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// A file back to the running configuration after a held change or an
+// invalid one says so (nothing is pending any more), once; the held
+// change is not tried again.
+func TestWatchSaysWhenTheFileIsBackToTheRunningConfiguration(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	running := []byte("resync: 1m\n")
+	write := func(b []byte) {
+		t.Helper()
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(running)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	held, refused, back := make(chan struct{}, 100), make(chan struct{}, 100), make(chan struct{}, 100)
+	go config.Watch(ctx, path, running, 10*time.Millisecond, drivers.New(),
+		func(*config.Config) bool { held <- struct{}{}; return false },
+		func(error) { refused <- struct{}{} },
+		func() { back <- struct{}{} })
+	wait := func(ch chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no %s", what)
+		}
+	}
+	write([]byte("resync: 2m\n"))
+	wait(held, "held change")
+	write(running)
+	wait(back, "back to the running configuration after a held change")
+	write([]byte("loadBalancers: [{name: a, type: f5}]\n"))
+	wait(refused, "refusal")
+	write(running)
+	wait(back, "back to the running configuration after an invalid change")
+	time.Sleep(100 * time.Millisecond)
+	if len(back) != 0 || len(held) > 0 || len(refused) != 0 {
+		t.Errorf("after the file came back: %d more backs, %d more held tries, %d more refusals; want none", len(back), len(held), len(refused))
 	}
 }

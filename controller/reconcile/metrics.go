@@ -20,6 +20,7 @@ type Metrics struct {
 	stateLost  *prometheus.CounterVec
 	refusals   *prometheus.CounterVec
 	configs    *prometheus.CounterVec
+	configHeld *prometheus.GaugeVec
 	// oldestDrain is when the oldest drain of each upstream began; absent
 	// while none drains.
 	oldestDrain *prometheus.GaugeVec
@@ -69,6 +70,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "stickydrain_controller_config_changes_total",
 			Help: "Changes of the configuration file seen, by result: applied; invalid (refused, it does not parse or validate); revoking (refused, it would take servers out of live upstreams); error (not checked, tried again).",
 		}, []string{"result"}),
+		configHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "stickydrain_controller_config_held",
+			Help: "1 while a change of the configuration file is refused and the controller runs the previous configuration, by reason (invalid: it does not parse or validate; revoking: it would take servers out of live upstreams, and applies once nothing it would take is live); 0 otherwise.",
+		}, []string{"reason"}),
 		oldestDrain: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "stickydrain_controller_oldest_drain_start_timestamp_seconds",
 			Help: "When the oldest drain under way on each mapped upstream began (the controller first saw its endpoint terminating), as a Unix time; absent while none drains. time() minus it is the drain's age.",
@@ -82,7 +87,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Server slots of each mapped upstream holding a server (active, draining or down), the most of its instances, as last read; a new pod finds no slot once it reaches stickydrain_controller_slots.",
 		}, []string{"lb", "upstream"}),
 	}
-	for _, c := range []prometheus.Collector{m.servers, m.changes, m.lbErrors, m.drainDelay, m.probes, m.marks, m.stateLost, m.refusals, m.configs, m.oldestDrain, m.slots, m.slotsUsed} {
+	for _, c := range []prometheus.Collector{m.servers, m.changes, m.lbErrors, m.drainDelay, m.probes, m.marks, m.stateLost, m.refusals, m.configs, m.configHeld, m.oldestDrain, m.slots, m.slotsUsed} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering controller metrics: %w", err)
 		}
@@ -93,6 +98,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, result := range configResults() {
 		m.configs.WithLabelValues(result)
 	}
+	m.ConfigHeld("")
 	return m, nil
 }
 
@@ -132,6 +138,18 @@ func (m *Metrics) loadBalancers(was, cfg *config.Config) {
 // ConfigChange counts a change of the configuration file by its result:
 // applied, invalid, revoking or error.
 func (m *Metrics) ConfigChange(result string) { m.configs.WithLabelValues(result).Inc() }
+
+// ConfigHeld says why a change of the configuration file is held
+// (invalid, revoking), or that none is ("").
+func (m *Metrics) ConfigHeld(reason string) {
+	for _, r := range []string{"invalid", "revoking"} {
+		v := 0.0
+		if r == reason {
+			v = 1
+		}
+		m.configHeld.WithLabelValues(r).Set(v)
+	}
+}
 
 // forget drops the gauges of an upstream no Service maps any more.
 func (m *Metrics) forget(u upstreamRef) {

@@ -314,6 +314,14 @@ resync: 2s
 	} else if v, err := strconv.ParseFloat(m[1], 64); err != nil || v < float64(deleted.Add(-time.Second).Unix()) || v > float64(drained.Unix()+1) {
 		t.Errorf("oldest drain began at %s; want between the deletion (%v) and the drain (%v)", m[1], deleted, drained)
 	}
+	// And when its pod's grace period (60 s) ends: what the alert on a drain
+	// that outlived its own max-wait compares time() with.
+	deadline := regexp.MustCompile(`(?m)^stickydrain_controller_drain_deadline_timestamp_seconds\{lb="edge",upstream="shop"\} (\S+)$`)
+	if m := deadline.FindStringSubmatch(ctrlProc.scrape(t)); m == nil {
+		t.Errorf("no stickydrain_controller_drain_deadline_timestamp_seconds for edge/shop while it drains")
+	} else if v, err := strconv.ParseFloat(m[1], 64); err != nil || v < float64(deleted.Add(59*time.Second).Unix()) || v > float64(drained.Add(61*time.Second).Unix()) {
+		t.Errorf("the drain's deadline %s; want its pod's grace period's end, 60 s after the deletion (%v)", m[1], deleted)
+	}
 
 	// HAProxy restarts mid-drain and forgets it; the controller repairs it.
 	if err := h2.Restart(); err != nil {
@@ -407,8 +415,9 @@ resync: 2s
 		`stickydrain_controller_changes_total{backend="haproxy",op="remove",result="ok",state="unknown"}`,
 		`stickydrain_controller_lb_errors_total{call="read",lb="edge"}`,
 	)
-	if body := ctrlProc.scrape(t); strings.Contains(body, "stickydrain_controller_oldest_drain_start_timestamp_seconds{") {
-		t.Errorf("an oldest drain still reported with none under way")
+	if body := ctrlProc.scrape(t); strings.Contains(body, "stickydrain_controller_oldest_drain_start_timestamp_seconds{") ||
+		strings.Contains(body, "stickydrain_controller_drain_deadline_timestamp_seconds{") {
+		t.Errorf("an oldest drain or a drain deadline still reported with none under way")
 	}
 }
 

@@ -24,6 +24,9 @@ type Metrics struct {
 	// oldestDrain is when the oldest drain of each upstream began; absent
 	// while none drains.
 	oldestDrain *prometheus.GaugeVec
+	// drainDeadline is when the first grace period of an upstream's
+	// draining pods ends; absent while none drains.
+	drainDeadline *prometheus.GaugeVec
 	// slots and slotsUsed: the upstream's server slots on its instances
 	// (HAProxy server-template): the fewest any instance has, the most any
 	// uses.
@@ -78,6 +81,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "stickydrain_controller_oldest_drain_start_timestamp_seconds",
 			Help: "When the oldest drain under way on each mapped upstream began (the controller first saw its endpoint terminating), as a Unix time; absent while none drains. time() minus it is the drain's age.",
 		}, []string{"lb", "upstream"}),
+		drainDeadline: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "stickydrain_controller_drain_deadline_timestamp_seconds",
+			Help: "When the grace period of the first of each mapped upstream's draining pods to run out ends (its deletionTimestamp: max-wait + min-wait + shutdown-margin after its deletion), as a Unix time; absent while none drains. time() past it is a drain that outlived its own max-wait: a pod stuck terminating.",
+		}, []string{"lb", "upstream"}),
 		slots: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "stickydrain_controller_slots",
 			Help: "Server slots of each mapped upstream on load balancers that have a fixed number (HAProxy server-template), the fewest of its instances, as last read.",
@@ -87,7 +94,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Server slots of each mapped upstream holding a server (active, draining or down), the most of its instances, as last read; a new pod finds no slot once it reaches stickydrain_controller_slots.",
 		}, []string{"lb", "upstream"}),
 	}
-	for _, c := range []prometheus.Collector{m.servers, m.changes, m.lbErrors, m.drainDelay, m.probes, m.marks, m.stateLost, m.refusals, m.configs, m.configHeld, m.oldestDrain, m.slots, m.slotsUsed} {
+	for _, c := range []prometheus.Collector{m.servers, m.changes, m.lbErrors, m.drainDelay, m.probes, m.marks, m.stateLost, m.refusals, m.configs, m.configHeld, m.oldestDrain, m.drainDeadline, m.slots, m.slotsUsed} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering controller metrics: %w", err)
 		}
@@ -154,7 +161,7 @@ func (m *Metrics) ConfigHeld(reason string) {
 // forget drops the gauges of an upstream no Service maps any more.
 func (m *Metrics) forget(u upstreamRef) {
 	m.servers.DeletePartialMatch(prometheus.Labels{"lb": u.LB, "upstream": u.Upstream})
-	for _, g := range []*prometheus.GaugeVec{m.oldestDrain, m.slots, m.slotsUsed} {
+	for _, g := range []*prometheus.GaugeVec{m.oldestDrain, m.drainDeadline, m.slots, m.slotsUsed} {
 		g.DeleteLabelValues(u.LB, u.Upstream)
 	}
 }

@@ -1,14 +1,24 @@
 package reconcile
 
 import (
+	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stickydrain/stickydrain/controller/config"
+	"github.com/stickydrain/stickydrain/controller/endpoints"
 	"github.com/stickydrain/stickydrain/controller/plan"
 )
 
@@ -115,9 +125,9 @@ func TestGaugesOnlyForUpstreamsAnInstanceHas(t *testing.T) {
 	r := &Reconciler{Metrics: m}
 	counts := map[plan.State]int{plan.Active: 2}
 	for i := range 1000 {
-		r.recordGauges(upstreamRef{LB: "edge", Upstream: fmt.Sprintf("bogus%d", i)}, []instanceResult{{}, {}}, counts, time.Time{})
+		r.recordGauges(upstreamRef{LB: "edge", Upstream: fmt.Sprintf("bogus%d", i)}, []instanceResult{{}, {}}, counts, time.Now(), time.Now())
 	}
-	r.recordGauges(upstreamRef{LB: "edge", Upstream: "shop"}, []instanceResult{{}, {read: true}}, counts, time.Time{})
+	r.recordGauges(upstreamRef{LB: "edge", Upstream: "shop"}, []instanceResult{{}, {read: true}}, counts, time.Now(), time.Now())
 	upstreams := map[string]bool{}
 	for key := range seriesByUpstream(t, reg) {
 		_, up, _ := strings.Cut(key, " ")
@@ -147,4 +157,39 @@ func seriesByUpstream(t *testing.T, reg *prometheus.Registry) map[string]int {
 		}
 	}
 	return out
+}
+
+// The drain deadline is the first grace period to end among the pods of
+// the upstream's draining servers, read from the cache: a pod of the same
+// name but another uid (a StatefulSet's next) and pods not terminating do
+// not count; none draining gives none.
+func TestTheDrainDeadlineIsTheFirstGracePeriodToEnd(t *testing.T) {
+	at := func(s int) *metav1.Time { return &metav1.Time{Time: time.Unix(1_800_000_000+int64(s), 0)} }
+	pod := func(name, uid string, deleted *metav1.Time) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name, UID: types.UID(uid), DeletionTimestamp: deleted, Finalizers: []string{"test/keep"}}}
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	r := &Reconciler{Client: fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		pod("web-a", "a", at(600)), pod("web-b", "b", at(300)), pod("web-c", "c-next", at(100)), pod("web-d", "d", nil)).Build()}
+	ep := func(name, uid string, st plan.State) endpoints.Endpoint {
+		return endpoints.Endpoint{State: st, PodNamespace: "shop", PodName: name, PodUID: types.UID(uid), Terminating: st == plan.Draining}
+	}
+	desired := map[netip.AddrPort]endpoints.Endpoint{
+		netip.MustParseAddrPort("198.18.0.1:8080"): ep("web-a", "a", plan.Draining),
+		netip.MustParseAddrPort("198.18.0.2:8080"): ep("web-b", "b", plan.Draining),
+		netip.MustParseAddrPort("198.18.0.3:8080"): ep("web-c", "c", plan.Draining), // the pod of that name is another
+		netip.MustParseAddrPort("198.18.0.4:8080"): ep("web-d", "d", plan.Active),
+		netip.MustParseAddrPort("198.18.0.5:8080"): ep("web-gone", "e", plan.Draining),
+	}
+	if got := r.drainDeadline(context.Background(), desired); !got.Equal(at(300).Time) {
+		t.Errorf("deadline %v, want web-b's %v", got, at(300).Time)
+	}
+	delete(desired, netip.MustParseAddrPort("198.18.0.1:8080"))
+	delete(desired, netip.MustParseAddrPort("198.18.0.2:8080"))
+	if got := r.drainDeadline(context.Background(), desired); !got.IsZero() {
+		t.Errorf("no drain of a known pod: deadline %v, want none", got)
+	}
 }

@@ -413,8 +413,30 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 		wg.Go(func() { results[i] = r.applyOn(ctx, svc, lb, u, inst, want) })
 	}
 	wg.Wait()
-	r.recordGauges(u, results, counts, oldest)
+	r.recordGauges(u, results, counts, oldest, r.drainDeadline(ctx, desired))
 	return r.settleDrains(u, desired, results)
+}
+
+// drainDeadline is when the first grace period of the pods behind the
+// upstream's draining servers ends (their deletionTimestamp, from the
+// cache): a drain still under way after it has outlived its own max-wait.
+// Zero when none drains.
+func (r *Reconciler) drainDeadline(ctx context.Context, desired map[netip.AddrPort]endpoints.Endpoint) time.Time {
+	var first time.Time
+	for _, e := range desired {
+		if e.State != plan.Draining || e.PodName == "" {
+			continue
+		}
+		var pod corev1.Pod
+		if err := r.Client.Get(ctx, types.NamespacedName{Namespace: e.PodNamespace, Name: e.PodName}, &pod); err != nil ||
+			pod.DeletionTimestamp == nil || (e.PodUID != "" && pod.UID != e.PodUID) {
+			continue
+		}
+		if t := pod.DeletionTimestamp.Time; first.IsZero() || t.Before(first) {
+			first = t
+		}
+	}
+	return first
 }
 
 // observe records the upstream's desired servers in the drain ledger, and
@@ -434,7 +456,7 @@ func (r *Reconciler) observe(u upstreamRef, desired map[netip.AddrPort]endpoints
 // drain, slots) once an instance has read it: an upstream name labels a
 // series only when the operator's load balancer has it, so that names a
 // user writes into an annotation, thousands of them, make no series.
-func (r *Reconciler) recordGauges(u upstreamRef, results []instanceResult, counts map[plan.State]int, oldest time.Time) {
+func (r *Reconciler) recordGauges(u upstreamRef, results []instanceResult, counts map[plan.State]int, oldest, deadline time.Time) {
 	read := false
 	for _, res := range results {
 		read = read || res.read
@@ -449,6 +471,11 @@ func (r *Reconciler) recordGauges(u upstreamRef, results []instanceResult, count
 		r.Metrics.oldestDrain.DeleteLabelValues(u.LB, u.Upstream)
 	} else {
 		r.Metrics.oldestDrain.WithLabelValues(u.LB, u.Upstream).Set(float64(oldest.UnixMilli()) / 1000)
+	}
+	if deadline.IsZero() {
+		r.Metrics.drainDeadline.DeleteLabelValues(u.LB, u.Upstream)
+	} else {
+		r.Metrics.drainDeadline.WithLabelValues(u.LB, u.Upstream).Set(float64(deadline.UnixMilli()) / 1000)
 	}
 	r.recordSlots(u, results)
 }

@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 // startWebhook runs the real webhook binary with its real flags, a
 // certificate from certs/ and the shipped RBAC (as its ServiceAccount), and
 // waits until it is ready.
-func startWebhook(t *testing.T, c *cluster.Cluster) (port, metricsPort int, caPEM []byte, certDir string) {
+func startWebhook(t *testing.T, c *cluster.Cluster, extra ...string) (port, metricsPort int, caPEM []byte, certDir string) {
 	t.Helper()
 	bin, err := bins.Build("github.com/stickydrain/stickydrain/webhook")
 	if err != nil {
@@ -59,7 +59,7 @@ func startWebhook(t *testing.T, c *cluster.Cluster) (port, metricsPort int, caPE
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := framework.StartWebhook(ctx, bin, kubeconfig, t.TempDir(), drainctlImage)
+	w, err := framework.StartWebhook(ctx, bin, kubeconfig, t.TempDir(), drainctlImage, extra...)
 	if err != nil {
 		t.Fatal(err)
 	}

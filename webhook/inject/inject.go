@@ -81,6 +81,10 @@ type Config struct {
 	// stickydrain.io/drainctl does not say: DeliveryInject (empty means
 	// it) or DeliveryImageVolume.
 	DrainctlDelivery string
+	// MaxWaitCeiling, when above 0, is the longest max-wait a pod gets: a
+	// pod asking for more (or the default, above it) gets the ceiling and
+	// a warning naming it.
+	MaxWaitCeiling time.Duration
 }
 
 // BindFlags registers the config's flags.
@@ -94,6 +98,7 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 		c.DrainctlDelivery = v
 		return nil
 	})
+	fs.DurationVar(&c.MaxWaitCeiling, "max-wait-ceiling", c.MaxWaitCeiling, "the longest max-wait any pod gets (`duration`, e.g. 12h; at most "+api.MaxDuration.String()+"): a pod asking for more, or the default when it is above, gets this and a warning naming it; 0: no ceiling")
 	fs.Func("namespace-opt-in-owner-kinds", "comma-separated `kinds` of controller whose pods a Namespace opt-in reaches (default "+strings.Join(DefaultOwnerKinds, ",")+"; also DaemonSet, Job (a CronJob's pods are its Jobs'), ReplicationController); a pod's own label opts any pod in", func(v string) error {
 		k, err := ParseOwnerKinds(v)
 		if err != nil {
@@ -116,6 +121,9 @@ func (c *Config) Validate() error {
 		if err := checkDelivery(c.DrainctlDelivery); err != nil {
 			return fmt.Errorf("--drainctl-delivery=%s: %w", c.DrainctlDelivery, err)
 		}
+	}
+	if c.MaxWaitCeiling < 0 || c.MaxWaitCeiling > api.MaxDuration {
+		return fmt.Errorf("--max-wait-ceiling=%s: want 0 (no ceiling) up to %s", c.MaxWaitCeiling, api.MaxDuration)
 	}
 	return nil
 }
@@ -205,11 +213,15 @@ func Inject(pod *corev1.Pod, ns Namespace, cfg Config) (Result, error) {
 		}
 		return "", false
 	}
+	get, capped := ceilMaxWait(get, cfg.MaxWaitCeiling)
 	target := pod
 	if mode == DryRun {
 		target = pod.DeepCopy()
 	}
 	plan, err := Resolve(&target.Spec, get)
+	if err == nil && capped != "" {
+		plan.Warnings = append([]string{capped}, plan.Warnings...)
+	}
 	if err == nil {
 		err = apply(target, plan, cfg)
 	}
@@ -230,6 +242,40 @@ func Inject(pod *corev1.Pod, ns Namespace, cfg Config) (Result, error) {
 	}
 	setAnnotation(pod, api.AnnotationStatus, api.StatusInjected)
 	return Result{Reason: ReasonInjected, Warnings: plan.Warnings}, nil
+}
+
+// ceilMaxWait returns get with max-wait held to ceiling (none when 0): a
+// pod asking for more, or the default when the ceiling is below it, gets
+// the ceiling, and the warning that says so. A max-wait that does not
+// parse is left to Resolve, which names it.
+func ceilMaxWait(get func(string) (string, bool), ceiling time.Duration) (func(string) (string, bool), string) {
+	if ceiling <= 0 {
+		return get, ""
+	}
+	asked := api.DefaultMaxWait
+	v, ok := get(api.AnnotationMaxWait)
+	if ok {
+		w := params.NewWait()
+		if err := w.FlagSet().Set(api.ParamMaxWait, v); err != nil {
+			return get, ""
+		}
+		asked = w.MaxWait
+	}
+	if asked <= ceiling {
+		return get, ""
+	}
+	what := "the default max-wait"
+	if ok {
+		what = "annotation " + api.AnnotationMaxWait
+	}
+	warning := fmt.Sprintf("stickydrain: %s (%s) is above the operator's ceiling (%s, the webhook's --max-wait-ceiling): each pod drains for %s at most",
+		what, asked, ceiling, ceiling)
+	return func(key string) (string, bool) {
+		if key == api.AnnotationMaxWait {
+			return ceiling.String(), true
+		}
+		return get(key)
+	}, warning
 }
 
 func setAnnotation(pod *corev1.Pod, key, value string) {

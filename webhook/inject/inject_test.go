@@ -657,3 +657,68 @@ func TestDurationsCannotOverflowTheGracePeriod(t *testing.T) {
 		t.Errorf("grace %d, want %d", plan.Grace, want)
 	}
 }
+
+// The operator's ceiling on max-wait: a pod asking for more, or the
+// default when the ceiling is below it, gets the ceiling (its preStop and
+// its grace period) and a warning naming both; one within it is left as it
+// asked, without a word; a max-wait that does not parse is refused as
+// always; a ceiling out of bounds is refused at start.
+func TestTheOperatorsCeilingOnMaxWait(t *testing.T) {
+	ceiling := cfg
+	ceiling.MaxWaitCeiling = 30 * time.Minute
+	for _, tc := range []struct {
+		name, maxWait string // "" leaves the annotation out
+		cfg           Config
+		want, warning string
+	}{
+		{"above the ceiling", "12h", ceiling, "--max-wait=30m0s", "stickydrain: annotation stickydrain.io/max-wait (12h0m0s) is above the operator's ceiling (30m0s, the webhook's --max-wait-ceiling): each pod drains for 30m0s at most"},
+		{"the default above the ceiling", "", ceiling, "--max-wait=30m0s", "stickydrain: the default max-wait (1h0m0s) is above the operator's ceiling (30m0s, the webhook's --max-wait-ceiling): each pod drains for 30m0s at most"},
+		{"within the ceiling", "10m", ceiling, "--max-wait=10m0s", ""},
+		{"no ceiling", "12h", cfg, "--max-wait=12h0m0s", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := basePod(func(p *corev1.Pod) {
+				delete(p.Annotations, api.AnnotationMaxWait)
+				if tc.maxWait != "" {
+					p.Annotations[api.AnnotationMaxWait] = tc.maxWait
+				}
+			})
+			res, err := Inject(p, optedNS, tc.cfg)
+			if err != nil || res.Reason != ReasonInjected {
+				t.Fatalf("%v, %v", res.Reason, err)
+			}
+			if cmd := strings.Join(prestop(p, 0), " "); !strings.Contains(cmd, tc.want) {
+				t.Errorf("preStop %s, want %s", cmd, tc.want)
+			}
+			var max time.Duration
+			for _, a := range prestop(p, 0) {
+				if v, ok := strings.CutPrefix(a, "--max-wait="); ok {
+					max, _ = time.ParseDuration(v)
+				}
+			}
+			if g := time.Duration(*p.Spec.TerminationGracePeriodSeconds) * time.Second; g < max || g > max+time.Minute {
+				t.Errorf("grace period %v for a max-wait of %v", g, max)
+			}
+			found := tc.warning == ""
+			for _, w := range res.Warnings {
+				if strings.Contains(w, "ceiling") {
+					found = w == tc.warning
+				}
+			}
+			if !found {
+				t.Errorf("warnings %q, want %q", res.Warnings, tc.warning)
+			}
+		})
+	}
+	p := basePod(func(p *corev1.Pod) { p.Annotations[api.AnnotationMaxWait] = "forever" })
+	if _, err := Inject(p, optedNS, ceiling); err == nil || !strings.Contains(err.Error(), api.AnnotationMaxWait) {
+		t.Errorf("a max-wait that does not parse, under a ceiling: %v; want it refused, named", err)
+	}
+	for _, d := range []time.Duration{-time.Second, api.MaxDuration + time.Hour} {
+		c := cfg
+		c.MaxWaitCeiling = d
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--max-wait-ceiling") {
+			t.Errorf("ceiling %v: %v; want refused, naming the flag", d, err)
+		}
+	}
+}

@@ -136,6 +136,13 @@ func TestGaugesOnlyForUpstreamsAnInstanceHas(t *testing.T) {
 	if len(upstreams) != 1 || !upstreams["shop"] {
 		t.Errorf("series for upstreams %v; want shop's only", upstreams)
 	}
+	// The drain over: its series go, even on a pass no instance answered.
+	r.recordGauges(upstreamRef{LB: "edge", Upstream: "shop"}, []instanceResult{{}, {}}, counts, time.Time{}, time.Time{})
+	for key := range seriesByUpstream(t, reg) {
+		if strings.Contains(key, "oldest_drain") || strings.Contains(key, "drain_deadline") {
+			t.Errorf("%s left once the drain ended, on a pass that read no instance", key)
+		}
+	}
 }
 
 // seriesByUpstream counts reg's series by "metric upstream", for those

@@ -457,6 +457,14 @@ func (r *Reconciler) observe(u upstreamRef, desired map[netip.AddrPort]endpoints
 // series only when the operator's load balancer has it, so that names a
 // user writes into an annotation, thousands of them, make no series.
 func (r *Reconciler) recordGauges(u upstreamRef, results []instanceResult, counts map[plan.State]int, oldest, deadline time.Time) {
+	// A drain that ended ends its series whether or not an instance could
+	// be read: a stale deadline would fire the alert for a pod long gone.
+	if oldest.IsZero() {
+		r.Metrics.oldestDrain.DeleteLabelValues(u.LB, u.Upstream)
+	}
+	if deadline.IsZero() {
+		r.Metrics.drainDeadline.DeleteLabelValues(u.LB, u.Upstream)
+	}
 	read := false
 	for _, res := range results {
 		read = read || res.read
@@ -467,14 +475,10 @@ func (r *Reconciler) recordGauges(u upstreamRef, results []instanceResult, count
 	for _, s := range []plan.State{plan.Active, plan.Draining, plan.Down} {
 		r.Metrics.servers.WithLabelValues(u.LB, u.Upstream, s.String()).Set(float64(counts[s]))
 	}
-	if oldest.IsZero() {
-		r.Metrics.oldestDrain.DeleteLabelValues(u.LB, u.Upstream)
-	} else {
+	if !oldest.IsZero() {
 		r.Metrics.oldestDrain.WithLabelValues(u.LB, u.Upstream).Set(float64(oldest.UnixMilli()) / 1000)
 	}
-	if deadline.IsZero() {
-		r.Metrics.drainDeadline.DeleteLabelValues(u.LB, u.Upstream)
-	} else {
+	if !deadline.IsZero() {
 		r.Metrics.drainDeadline.WithLabelValues(u.LB, u.Upstream).Set(float64(deadline.UnixMilli()) / 1000)
 	}
 	r.recordSlots(u, results)

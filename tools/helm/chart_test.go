@@ -51,9 +51,18 @@ func valuesFile(t *testing.T, name string) map[string]any {
 // install, values checked against values.schema.json. apiVersions are
 // the extra APIs the cluster serves.
 func render(vals map[string]any, apiVersions ...string) ([]*unstructured.Unstructured, error) {
+	return renderDefaults(nil, vals, apiVersions...)
+}
+
+// renderDefaults is render with the chart's default values changed by
+// defaults first (nil: as shipped).
+func renderDefaults(defaults func(map[string]any), vals map[string]any, apiVersions ...string) ([]*unstructured.Unstructured, error) {
 	ch, err := loader.Load(chartDir())
 	if err != nil {
 		return nil, fmt.Errorf("loading the chart: %w", err)
+	}
+	if defaults != nil {
+		defaults(ch.Values)
 	}
 	kv, err := common.ParseKubeVersion(kubeVersion)
 	if err != nil {
@@ -342,6 +351,9 @@ func TestABadValueFailsNamingIt(t *testing.T) {
 		{"a label value that is not a string", "commonLabels: {team: {name: shop}}", "/commonLabels/team"},
 		{"a privileged port", "webhook: {securePort: 443}", "/webhook/securePort"},
 		{"a ceiling that is not a duration", "webhook: {maxWaitCeiling: 12 hours}", "/webhook/maxWaitCeiling"},
+		{"the metrics port for admissions", "webhook: {securePort: 8443}", "/webhook/securePort"},
+		{"a common label the selectors use", "commonLabels: {app.kubernetes.io/name: shop}", "invalid propertyName 'app.kubernetes.io/name'"},
+		{"a pod label the chart sets", "controller: {podLabels: {app.kubernetes.io/part-of: shop}}", "invalid propertyName 'app.kubernetes.io/part-of'"},
 		{"a Gateway without a namespace", "controller: {envoyGateway: {enabled: true}, config: {envoyGateway: {gateways: [{name: public}]}}}", "/controller/config/envoyGateway/gateways/0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -608,5 +620,55 @@ func TestTheDefaultsDoNotSurprise(t *testing.T) {
 	}
 	if !kept {
 		t.Error("controller.config set: no ConfigMap stickydrain-controller rendered")
+	}
+}
+
+// `helm upgrade --reuse-values` from a chart without this version's keys
+// takes the previous values, which lack them: every template defaults
+// them, so that the webhook keeps its port (and the NetworkPolicy lets only
+// it in), the opted-in entries fail closed, and the PodDisruptionBudgets
+// stay, with the minAvailable the previous chart gave.
+func TestAReuseValuesUpgradeFromTheChartBeforeKeepsItsObjects(t *testing.T) {
+	objs, err := renderDefaults(func(v map[string]any) {
+		for _, k := range []string{"global", "commonLabels", "logLevel"} {
+			delete(v, k)
+		}
+		delete(v["monitoring"].(map[string]any), "additionalLabels")
+		for _, c := range []string{"webhook", "controller"} {
+			comp := v[c].(map[string]any)
+			for _, k := range []string{"securePort", "hostNetwork", "failurePolicy", "maxWaitCeiling", "podLabels", "podAnnotations", "extraArgs"} {
+				delete(comp, k)
+			}
+			comp["podDisruptionBudget"] = map[string]any{"minAvailable": 1}
+		}
+	}, map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pdbs := 0
+	for _, o := range objs {
+		spec := fmt.Sprint(o.Object["spec"])
+		switch o.GetKind() {
+		case "Deployment":
+			if o.GetName() == "stickydrain-webhook" && (!strings.Contains(spec, "--port=9443") || !strings.Contains(spec, "containerPort:9443")) {
+				t.Errorf("the webhook without securePort: %s", spec)
+			}
+		case "NetworkPolicy":
+			if !strings.Contains(spec, "port:9443") {
+				t.Errorf("the NetworkPolicy without securePort: %s", spec)
+			}
+		case "PodDisruptionBudget":
+			pdbs++
+			if !strings.Contains(spec, "minAvailable:1") || !strings.Contains(spec, "unhealthyPodEvictionPolicy:AlwaysAllow") {
+				t.Errorf("%s: %s", o.GetName(), spec)
+			}
+		case "MutatingWebhookConfiguration":
+			if strings.Count(fmt.Sprint(o.Object["webhooks"]), "failurePolicy:Fail") != 2 {
+				t.Errorf("the opted-in entries without failurePolicy: %v", o.Object["webhooks"])
+			}
+		}
+	}
+	if pdbs != 2 {
+		t.Errorf("%d PodDisruptionBudgets, want the two the previous chart had", pdbs)
 	}
 }

@@ -13,6 +13,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 
 {{/*
+The webhook's admission port (default 9443 also for `helm upgrade
+--reuse-values` from a chart without webhook.securePort).
+*/}}
+{{- define "stickydrain.webhookPort" -}}
+{{- .Values.webhook.securePort | default 9443 -}}
+{{- end }}
+
+{{/*
 A component's pod template metadata: (list $ "webhook"|"controller").
 */}}
 {{- define "stickydrain.podMetadata" -}}
@@ -191,8 +199,10 @@ The PodDisruptionBudget of one component.
 {{- $root := index . 0 -}}
 {{- $name := index . 1 -}}
 {{- $c := index $root.Values $name -}}
-{{- $pdb := $c.podDisruptionBudget -}}
-{{- if and $pdb.enabled (gt (int $c.replicas) 1) -}}
+{{- /* Every key defaulted: `helm upgrade --reuse-values` from a chart
+without it gives none. */ -}}
+{{- $pdb := $c.podDisruptionBudget | default dict -}}
+{{- if and (ne $pdb.enabled false) (gt (int $c.replicas) 1) -}}
 apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata:
@@ -204,9 +214,9 @@ spec:
   {{- if ne $pdb.minAvailable nil }}
   minAvailable: {{ $pdb.minAvailable }}
   {{- else }}
-  maxUnavailable: {{ $pdb.maxUnavailable }}
+  maxUnavailable: {{ $pdb.maxUnavailable | default 1 }}
   {{- end }}
-  unhealthyPodEvictionPolicy: {{ $pdb.unhealthyPodEvictionPolicy }}
+  unhealthyPodEvictionPolicy: {{ $pdb.unhealthyPodEvictionPolicy | default "AlwaysAllow" }}
   selector:
     matchLabels:
       app.kubernetes.io/name: stickydrain-{{ $name }}

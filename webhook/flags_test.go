@@ -14,7 +14,7 @@ func newFlagSet() *pflag.FlagSet { return flagSet(&Options{}) }
 func TestFlags(t *testing.T) {
 	cmdlinetest.Golden(t, newFlagSet, synopsis, filepath.Join("testdata", "help.golden"))
 	cmdlinetest.BothForms(t, newFlagSet, map[string]string{
-		"drainctl-image": "ghcr.io/stickydrain/drainctl:v0.1.0", "drainctl-image-from-container": "drainctl", "drainctl-delivery": "image-volume", "namespace-opt-in-owner-kinds": "ReplicaSet,StatefulSet,DaemonSet", "max-wait-ceiling": "12h",
+		"drainctl-image": "ghcr.io/stickydrain/drainctl:v0.1.0", "drainctl-image-from-container": "drainctl", "drainctl-delivery": "image-volume", "namespace-opt-in-owner-kinds": "ReplicaSet,StatefulSet,DaemonSet", "max-wait-ceiling": "12h", "pod-opt-in-namespaces": "shop,cart",
 		"cert-dir": "/certs", "port": "9443", "max-concurrent-admissions": "64", "client-ca-file": "/etc/apiserver/ca.crt", "metrics-bind-address": ":9443", "metrics-secure": "true",
 		"metrics-cert-dir": "/certs", "enable-http2": "true", "health-probe-bind-address": ":9081",
 		"pprof-bind-address": "127.0.0.1:6060", "leader-elect": "true", "leader-election-namespace": "stickydrain-system",

@@ -350,6 +350,7 @@ func TestABadValueFailsNamingIt(t *testing.T) {
 		{"an extra argument that is not a flag", "controller: {extraArgs: ['zap-log-level=debug']}", "/controller/extraArgs/0"},
 		{"a label value that is not a string", "commonLabels: {team: {name: shop}}", "/commonLabels/team"},
 		{"a privileged port", "webhook: {securePort: 443}", "/webhook/securePort"},
+		{"a Namespace name that is not one", "webhook: {podOptInNamespaces: [Shop]}", "/webhook/podOptInNamespaces/0"},
 		{"a ceiling that is not a duration", "webhook: {maxWaitCeiling: 12 hours}", "/webhook/maxWaitCeiling"},
 		{"the metrics port for admissions", "webhook: {securePort: 8443}", "/webhook/securePort"},
 		{"a common label the selectors use", "commonLabels: {app.kubernetes.io/name: shop}", "invalid propertyName 'app.kubernetes.io/name'"},
@@ -502,7 +503,7 @@ func TestTheValuesEveryChartHas(t *testing.T) {
 		"webhook": map[string]any{
 			"securePort": 10250 + 13, "hostNetwork": true, "failurePolicy": "Ignore",
 			"podLabels": map[string]any{"tier": "admission"}, "podAnnotations": map[string]any{"example.com/scrape": "no"},
-			"extraArgs": []any{"--namespace-opt-in-owner-kinds=ReplicaSet,StatefulSet,DaemonSet"}, "maxWaitCeiling": "12h",
+			"extraArgs": []any{"--namespace-opt-in-owner-kinds=ReplicaSet,StatefulSet,DaemonSet"}, "maxWaitCeiling": "12h", "podOptInNamespaces": []any{"shop", "cart"},
 		},
 		"controller": map[string]any{"extraArgs": []any{"--sync-period=5m"}, "podLabels": map[string]any{"tier": "control"}},
 		"monitoring": map[string]any{"serviceMonitors": true, "additionalLabels": map[string]any{"release": "kube-prometheus-stack"}},
@@ -531,7 +532,7 @@ func TestTheValuesEveryChartHas(t *testing.T) {
 				ports := fmt.Sprint(ctrs[0].(map[string]any)["ports"])
 				if labels["tier"] != "admission" || ann["example.com/scrape"] != "no" || !host || dns != "ClusterFirstWithHostNet" ||
 					!strings.Contains(args, fmt.Sprintf("--port=%d", port)) || !strings.Contains(ports, fmt.Sprintf("containerPort:%d", port)) ||
-					!strings.Contains(args, "--namespace-opt-in-owner-kinds=ReplicaSet,StatefulSet,DaemonSet") || !strings.Contains(args, "--max-wait-ceiling=12h") {
+					!strings.Contains(args, "--namespace-opt-in-owner-kinds=ReplicaSet,StatefulSet,DaemonSet") || !strings.Contains(args, "--max-wait-ceiling=12h") || !strings.Contains(args, "--pod-opt-in-namespaces=shop,cart") {
 					t.Errorf("webhook: labels %v, annotations %v, hostNetwork %v, dnsPolicy %q, args %s, ports %s", labels, ann, host, dns, args, ports)
 				}
 			} else if labels["tier"] != "control" || !strings.Contains(args, "--sync-period=5m") {

@@ -101,7 +101,7 @@ func namespaceOf(ctx context.Context, c client.Reader, name string) (inject.Name
 	if err := c.Get(ctx, client.ObjectKey{Name: name}, &ns); err != nil {
 		return inject.Namespace{}, fmt.Errorf("reading namespace %s: %w", name, err)
 	}
-	return inject.Namespace{Labels: ns.Labels, Annotations: ns.Annotations}, nil
+	return inject.Namespace{Name: ns.Name, Labels: ns.Labels, Annotations: ns.Annotations}, nil
 }
 
 func requestNamespace(ctx context.Context, obj metav1.Object) string {

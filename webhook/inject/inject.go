@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
 	"github.com/stickydrain/stickydrain/api"
@@ -62,6 +63,10 @@ const (
 	ReasonOwnerOutOfScope Reason = "owner-out-of-scope"
 	// ReasonDryRun: opted in for a look; nothing injected.
 	ReasonDryRun Reason = "dry-run"
+	// ReasonPodOptInNotAllowed: the pod opts itself in by label in a
+	// Namespace that has not opted in and that the operator does not let
+	// pods opt in by label (Config.PodOptInNamespaces).
+	ReasonPodOptInNotAllowed Reason = "pod-opt-in-not-allowed"
 )
 
 // Config is what the webhook's flags set.
@@ -81,6 +86,11 @@ type Config struct {
 	// stickydrain.io/drainctl does not say: DeliveryInject (empty means
 	// it) or DeliveryImageVolume.
 	DrainctlDelivery string
+	// PodOptInNamespaces, when set, are the only Namespaces whose pods may
+	// opt themselves in by label (stickydrain.io/drain=enabled or dry-run)
+	// while the Namespace has not opted in: elsewhere such a pod gets no
+	// drain, and a warning saying why. Empty: any Namespace.
+	PodOptInNamespaces []string
 	// MaxWaitCeiling, when above 0, is the longest max-wait a pod gets: a
 	// pod asking for more (or the default, above it) gets the ceiling and
 	// a warning naming it.
@@ -96,6 +106,18 @@ func (c *Config) BindFlags(fs *pflag.FlagSet) {
 			return err
 		}
 		c.DrainctlDelivery = v
+		return nil
+	})
+	fs.Func("pod-opt-in-namespaces", "comma-separated `names` of the only Namespaces whose pods may opt themselves in by label while their Namespace has not (a pod elsewhere labelled stickydrain.io/drain=enabled gets no drain, and a warning); default: any Namespace", func(v string) error {
+		var names []string
+		for _, n := range strings.Split(v, ",") {
+			n = strings.TrimSpace(n)
+			if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
+				return fmt.Errorf("%q is not a Namespace name: %s", n, strings.Join(errs, "; "))
+			}
+			names = append(names, n)
+		}
+		c.PodOptInNamespaces = names
 		return nil
 	})
 	fs.DurationVar(&c.MaxWaitCeiling, "max-wait-ceiling", c.MaxWaitCeiling, "the longest max-wait any pod gets (`duration`, e.g. 12h; at most "+api.MaxDuration.String()+"): a pod asking for more, or the default when it is above, gets this and a warning naming it; 0: no ceiling")
@@ -176,6 +198,7 @@ func (e *Error) Error() string {
 
 // Namespace is what Inject reads of the pod's Namespace.
 type Namespace struct {
+	Name        string
 	Labels      map[string]string
 	Annotations map[string]string
 }
@@ -195,6 +218,11 @@ type Result struct {
 // joined) when a parameter is bad.
 func Inject(pod *corev1.Pod, ns Namespace, cfg Config) (Result, error) {
 	mode, why, err := Scope(pod, ns, cfg)
+	if why == ReasonPodOptInNotAllowed {
+		return Result{Reason: why, Warnings: []string{fmt.Sprintf(
+			"stickydrain: this pod opts in by its label %s=%s, but the operator lets pods opt in by label only in Namespaces %s: it gets no drain; label Namespace %s instead, or ask the operator (the webhook's --pod-opt-in-namespaces)",
+			api.OptInLabel, pod.Labels[api.OptInLabel], strings.Join(cfg.PodOptInNamespaces, ", "), ns.Name)}}, nil
+	}
 	if err != nil || mode == Skip {
 		return Result{Reason: why}, err
 	}

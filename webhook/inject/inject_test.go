@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/google/go-cmp/cmp"
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -720,5 +722,54 @@ func TestTheOperatorsCeilingOnMaxWait(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--max-wait-ceiling") {
 			t.Errorf("ceiling %v: %v; want refused, naming the flag", d, err)
 		}
+	}
+}
+
+// The operator can limit opt-in by pod label to the Namespaces it names:
+// elsewhere a pod labelling itself in gets no drain (not a refusal: the
+// tenant's pod still starts) and a warning saying why; a Namespace that
+// opted in itself is not limited; without the setting, any Namespace.
+func TestPodOptInByLabelLimitedToTheNamedNamespaces(t *testing.T) {
+	limited := cfg
+	limited.PodOptInNamespaces = []string{"shop", "cart"}
+	for _, tc := range []struct {
+		name   string
+		label  string
+		ns     Namespace
+		cfg    Config
+		reason Reason
+	}{
+		{"a named Namespace", api.LabelEnabled, Namespace{Name: "shop"}, limited, ReasonInjected},
+		{"another Namespace", api.LabelEnabled, Namespace{Name: "other"}, limited, ReasonPodOptInNotAllowed},
+		{"a dry run in another Namespace", api.LabelDryRun, Namespace{Name: "other"}, limited, ReasonPodOptInNotAllowed},
+		{"a Namespace that opted in", api.LabelEnabled, Namespace{Name: "team", Labels: map[string]string{api.OptInLabel: api.LabelEnabled}}, limited, ReasonInjected},
+		{"no limit", api.LabelEnabled, Namespace{Name: "other"}, cfg, ReasonInjected},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := basePod(func(p *corev1.Pod) { p.Labels = map[string]string{api.OptInLabel: tc.label} })
+			res, err := Inject(p, tc.ns, tc.cfg)
+			if err != nil || res.Reason != tc.reason {
+				t.Fatalf("%v, %v; want %v", res.Reason, err, tc.reason)
+			}
+			if tc.reason != ReasonPodOptInNotAllowed {
+				return
+			}
+			if prestop(p, 0) != nil || p.Annotations[api.AnnotationStatus] != "" || p.Annotations[api.AnnotationDryRun] != "" {
+				t.Errorf("a pod not allowed to opt in was changed: %+v", p)
+			}
+			want := "stickydrain: this pod opts in by its label stickydrain.io/drain=" + tc.label + ", but the operator lets pods opt in by label only in Namespaces shop, cart: it gets no drain; label Namespace other instead, or ask the operator (the webhook's --pod-opt-in-namespaces)"
+			if len(res.Warnings) != 1 || res.Warnings[0] != want {
+				t.Errorf("warnings %q, want %q", res.Warnings, want)
+			}
+		})
+	}
+	var c Config
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	c.BindFlags(fs)
+	if err := fs.Parse([]string{"--pod-opt-in-namespaces=shop, cart"}); err != nil || strings.Join(c.PodOptInNamespaces, "|") != "shop|cart" {
+		t.Errorf("parsed %q, %v", c.PodOptInNamespaces, err)
+	}
+	if err := fs.Parse([]string{"--pod-opt-in-namespaces=Shop"}); err == nil || !strings.Contains(err.Error(), `"Shop" is not a Namespace name`) {
+		t.Errorf("an invalid name: %v", err)
 	}
 }

@@ -64,11 +64,16 @@ const (
 // its Namespace's, which reaches only pods whose controller is of one of
 // the owner kinds (the Namespace's AnnotationOwnerKinds, else cfg's).
 func Scope(pod *corev1.Pod, ns Namespace, cfg Config) (Mode, Reason, error) {
+	nsOptedIn := ns.Labels[api.OptInLabel] == api.LabelEnabled || ns.Labels[api.OptInLabel] == api.LabelDryRun
 	switch pod.Labels[api.OptInLabel] {
-	case api.LabelEnabled:
+	case api.LabelEnabled, api.LabelDryRun:
+		if !nsOptedIn && len(cfg.PodOptInNamespaces) > 0 && !slices.Contains(cfg.PodOptInNamespaces, ns.Name) {
+			return Skip, ReasonPodOptInNotAllowed, nil
+		}
+		if pod.Labels[api.OptInLabel] == api.LabelDryRun {
+			return DryRun, "", nil
+		}
 		return Drain, "", nil
-	case api.LabelDryRun:
-		return DryRun, "", nil
 	case api.LabelDisabled:
 		return Skip, ReasonOptedOut, nil
 	}

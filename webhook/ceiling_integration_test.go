@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -9,11 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/stickydrain/stickydrain/api"
-	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/must"
 )
 
@@ -23,18 +19,8 @@ import (
 // period) with the same warning; a pod within the ceiling is left as it
 // asked — through the real API server.
 func TestTheCeilingOnMaxWaitThroughTheAPIServer(t *testing.T) {
-	c := cluster.StartT(t, cluster.Options{})
-	port, _, ca, _ := startWebhook(t, c, "--max-wait-ceiling=30m")
-	installWebhookConfigurations(t, c, port, ca)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	seen := &warningsSeen{}
-	wcfg := rest.CopyConfig(c.Config)
-	wcfg.WarningHandlerWithContext = seen
-	cs, err := kubernetes.NewForConfig(wcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, c := admissionEnv(t, "--max-wait-ceiling=30m")
+	cs, seen := warningsClient(t, c)
 	must.OK(t, c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{api.OptInLabel: api.LabelEnabled}}}))
 	const want = "stickydrain: annotation stickydrain.io/max-wait (12h0m0s) is above the operator's ceiling (30m0s, the webhook's --max-wait-ceiling): each pod drains for 30m0s at most"
 	long := sessionDeployment("shop", "long", map[string]string{api.AnnotationURL: "http://localhost:8080/sessions", api.AnnotationMaxWait: "12h"})
@@ -43,7 +29,7 @@ func TestTheCeilingOnMaxWaitThroughTheAPIServer(t *testing.T) {
 		_, err := cs.AppsV1().Deployments("shop").Create(ctx, long, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err == nil && len(seen.take()) > 0
 	})
-	_, err = cs.AppsV1().Deployments("shop").Create(ctx, long, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	_, err := cs.AppsV1().Deployments("shop").Create(ctx, long, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	must.OK(t, err)
 	if got := seen.take(); !slices.Contains(got, want) {
 		t.Errorf("kubectl apply of a 12h max-wait printed %q, want %q among them", got, want)

@@ -73,6 +73,19 @@ func startWebhook(t *testing.T, c *cluster.Cluster, extra ...string) (port, metr
 	return w.Port, w.MetricsPort, w.CA, w.CertDir
 }
 
+// admissionEnv starts a control plane and the webhook with extra flags,
+// the shipped webhook configurations pointed at it, and returns them with
+// a context of 2 minutes.
+func admissionEnv(t *testing.T, extra ...string) (context.Context, *cluster.Cluster) {
+	t.Helper()
+	c := cluster.StartT(t, cluster.Options{})
+	port, _, ca, _ := startWebhook(t, c, extra...)
+	installWebhookConfigurations(t, c, port, ca)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx, c
+}
+
 // installWebhookConfigurations applies manifests/webhook as shipped, with
 // each clientConfig pointed at the webhook under test.
 func installWebhookConfigurations(t *testing.T, c *cluster.Cluster, port int, ca []byte) {

@@ -1,19 +1,14 @@
 package main
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/stickydrain/stickydrain/api"
-	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/must"
 )
 
@@ -22,18 +17,8 @@ import (
 // shop and in a Namespace that opted in itself, and elsewhere is created
 // as it is (not refused) with a warning — through the real API server.
 func TestPodOptInByLabelLimitedThroughTheAPIServer(t *testing.T) {
-	c := cluster.StartT(t, cluster.Options{})
-	port, _, ca, _ := startWebhook(t, c, "--pod-opt-in-namespaces=shop")
-	installWebhookConfigurations(t, c, port, ca)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	seen := &warningsSeen{}
-	wcfg := rest.CopyConfig(c.Config)
-	wcfg.WarningHandlerWithContext = seen
-	cs, err := kubernetes.NewForConfig(wcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, c := admissionEnv(t, "--pod-opt-in-namespaces=shop")
+	cs, seen := warningsClient(t, c)
 	for name, labels := range map[string]map[string]string{"shop": nil, "other": nil, "team": {api.OptInLabel: api.LabelEnabled}} {
 		must.OK(t, c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}))
 	}

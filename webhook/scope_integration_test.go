@@ -47,6 +47,20 @@ func (w *warningsSeen) take() []string {
 	return out
 }
 
+// warningsClient is a clientset on c that collects the API server's
+// warnings, as kubectl prints them, in the returned warningsSeen.
+func warningsClient(t *testing.T, c *cluster.Cluster) (kubernetes.Interface, *warningsSeen) {
+	t.Helper()
+	seen := &warningsSeen{}
+	wcfg := rest.CopyConfig(c.Config)
+	wcfg.WarningHandlerWithContext = seen
+	cs, err := kubernetes.NewForConfig(wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs, seen
+}
+
 // TestWebhookScopeWarningsAndDryRun: a Namespace opt-in reaches the pods of
 // ReplicaSets and StatefulSets only; legal but probably unmeant settings
 // come back as warnings at `kubectl apply` (and at pod creation), exactly;
@@ -59,13 +73,7 @@ func TestWebhookScopeWarningsAndDryRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	k := c.Client
-	seen := &warningsSeen{}
-	wcfg := rest.CopyConfig(c.Config)
-	wcfg.WarningHandlerWithContext = seen
-	cs, err := kubernetes.NewForConfig(wcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs, seen := warningsClient(t, c)
 	must.OK(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{api.OptInLabel: api.LabelEnabled}}}))
 	must.OK(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "look", Labels: map[string]string{api.OptInLabel: api.LabelDryRun}}}))
 

@@ -163,12 +163,8 @@ func probeURL(scheme, host, port, path string) string {
 	if !strings.HasPrefix(path, "/") {
 		path = "/" + path
 	}
-	return strings.ToLower(orHTTP(scheme)) + "://" + net.JoinHostPort(host, port) + path
-}
-
-func orHTTP(scheme string) string {
 	if scheme == "" {
-		return "HTTP"
+		scheme = "HTTP"
 	}
-	return scheme
+	return strings.ToLower(scheme) + "://" + net.JoinHostPort(host, port) + path
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"os"
@@ -246,16 +248,13 @@ func get(c *http.Client, method, url string) (int, string, error) {
 		return 0, "", err
 	}
 	defer resp.Body.Close()
-	var b strings.Builder
-	buf := make([]byte, 4096)
-	n, _ := resp.Body.Read(buf)
-	b.Write(buf[:n])
-	return resp.StatusCode, b.String(), nil
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	return resp.StatusCode, string(b), err
 }
 
 // stderrOf is what a failed command wrote to its standard error.
 func stderrOf(err error) string {
-	if ee, ok := err.(*exec.ExitError); ok {
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 		return string(ee.Stderr)
 	}
 	return ""

@@ -14,23 +14,30 @@ import (
 // partition shorter than the peers' own timeouts looks like that to
 // them: a watch that stalls, then goes on.
 type Relay struct {
-	ln     net.Listener
-	target string
+	ln              net.Listener
+	network, target string
 
-	mu    sync.Mutex
-	open  chan struct{} // closed while traffic flows
-	conns map[net.Conn]bool
-	wg    sync.WaitGroup
+	mu       sync.Mutex
+	open     chan struct{} // closed while traffic flows
+	conns    map[net.Conn]bool
+	accepted int
+	wg       sync.WaitGroup
 }
 
 // StartRelay listens on a free port of 127.0.0.1 and relays to target
 // (host:port).
 func StartRelay(target string) (*Relay, error) {
+	return StartRelayTo("tcp", target)
+}
+
+// StartRelayTo listens on a free port of 127.0.0.1 and relays to target
+// on network ("tcp" host:port, or "unix" and a socket's path).
+func StartRelayTo(network, target string) (*Relay, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("tcpfront relay: %w", err)
 	}
-	r := &Relay{ln: ln, target: target, open: make(chan struct{}), conns: map[net.Conn]bool{}}
+	r := &Relay{ln: ln, network: network, target: target, open: make(chan struct{}), conns: map[net.Conn]bool{}}
 	close(r.open)
 	r.wg.Add(1)
 	go r.accept()
@@ -39,6 +46,13 @@ func StartRelay(target string) (*Relay, error) {
 
 // Addr is where clients connect (host:port).
 func (r *Relay) Addr() string { return r.ln.Addr().String() }
+
+// Accepted is how many connections the relay has accepted so far.
+func (r *Relay) Accepted() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.accepted
+}
 
 // Cut stops every byte until Heal.
 func (r *Relay) Cut() {
@@ -100,6 +114,9 @@ func (r *Relay) accept() {
 			}
 			continue
 		}
+		r.mu.Lock()
+		r.accepted++
+		r.mu.Unlock()
 		r.wg.Add(1)
 		go r.serve(c)
 	}
@@ -110,7 +127,7 @@ func (r *Relay) serve(c net.Conn) {
 	defer c.Close()
 	r.track(c, true)
 	defer r.track(c, false)
-	up, err := net.Dial("tcp", r.target)
+	up, err := net.Dial(r.network, r.target)
 	if err != nil {
 		return
 	}

@@ -657,6 +657,52 @@ func TestTheInstallAppliesToARealAPIServer(t *testing.T) {
 		t.Errorf("stored inject-ca-from = %q", got)
 	}
 
+	// No webhook replica answers here (nothing runs the install's pods): an
+	// outage. In an opted-in Namespace it refuses only the pods that take
+	// the drain fail-closed — a ReplicaSet's or a StatefulSet's, and a pod
+	// opting itself in — never a bare pod (kubectl run, kubectl debug
+	// --copy-to) nor a Job's or a DaemonSet's, which the matchConditions
+	// keep from the fail-closed entry.
+	for _, n := range []*corev1.Namespace{
+		{ObjectMeta: metav1.ObjectMeta{Name: "opted", Labels: map[string]string{"stickydrain.io/drain": "enabled"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "looking", Labels: map[string]string{"stickydrain.io/drain": "dry-run"}}},
+	} {
+		if err := c.Client.Create(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		ns, name, owner string
+		label           string // the pod's own stickydrain.io/drain
+		refused         bool
+	}{
+		{"opted", "bare", "", "", false},
+		{"opted", "report-x1", "Job", "", false},
+		{"opted", "agent-x1", "DaemonSet", "", false},
+		{"opted", "web-x1", "ReplicaSet", "", true},
+		{"opted", "db-0", "StatefulSet", "", true},
+		{"opted", "web-x2", "ReplicaSet", "disabled", false},
+		{"opted", "asked", "", "enabled", true},
+		{"looking", "web-y1", "ReplicaSet", "", false},
+		{"default", "asked", "", "enabled", true},
+	} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: tc.ns},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
+		if tc.owner != "" {
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: tc.owner, Name: "owner", UID: "00000000-0000-0000-0000-000000000001", Controller: ptr.To(true)}}
+		}
+		if tc.label != "" {
+			p.Labels = map[string]string{"stickydrain.io/drain": tc.label}
+		}
+		err := c.Client.Create(ctx, p)
+		switch {
+		case tc.refused && (err == nil || !strings.Contains(err.Error(), "stickydrain.io")):
+			t.Errorf("webhook down: pod %s/%s (controller %q, label %q) was not refused by a stickydrain webhook: %v", tc.ns, tc.name, tc.owner, tc.label, err)
+		case !tc.refused && err != nil:
+			t.Errorf("webhook down: pod %s/%s (controller %q, label %q) was refused: %v", tc.ns, tc.name, tc.owner, tc.label, err)
+		}
+	}
+
 	// A bad manifest would be refused: the check above can fail.
 	bad := manifests.Find(render(t, manifests.Dir("default")), "Certificate", "stickydrain-webhook").DeepCopy()
 	bad.SetName("typo")

@@ -351,6 +351,8 @@ func TestABadValueFailsNamingIt(t *testing.T) {
 		{"a label value that is not a string", "commonLabels: {team: {name: shop}}", "/commonLabels/team"},
 		{"a privileged port", "webhook: {securePort: 443}", "/webhook/securePort"},
 		{"a Namespace name that is not one", "webhook: {podOptInNamespaces: [Shop]}", "/webhook/podOptInNamespaces/0"},
+		{"an owner kind a Deployment's pods do not have", "webhook: {namespaceOptInOwnerKinds: [Deployment]}", "/webhook/namespaceOptInOwnerKinds/0"},
+		{"the owner kinds as a flag", "webhook: {extraArgs: ['--namespace-opt-in-owner-kinds=Job']}", "/webhook/extraArgs/0"},
 		{"a ceiling that is not a duration", "webhook: {maxWaitCeiling: 12 hours}", "/webhook/maxWaitCeiling"},
 		{"the metrics port for admissions", "webhook: {securePort: 8443}", "/webhook/securePort"},
 		{"a common label the selectors use", "commonLabels: {app.kubernetes.io/name: shop}", "invalid propertyName 'app.kubernetes.io/name'"},
@@ -503,7 +505,7 @@ func TestTheValuesEveryChartHas(t *testing.T) {
 		"webhook": map[string]any{
 			"securePort": 10250 + 13, "hostNetwork": true, "failurePolicy": "Ignore",
 			"podLabels": map[string]any{"tier": "admission"}, "podAnnotations": map[string]any{"example.com/scrape": "no"},
-			"extraArgs": []any{"--namespace-opt-in-owner-kinds=ReplicaSet,StatefulSet,DaemonSet"}, "maxWaitCeiling": "12h", "podOptInNamespaces": []any{"shop", "cart"},
+			"extraArgs": []any{"--zap-devel"}, "namespaceOptInOwnerKinds": []any{"ReplicaSet", "StatefulSet", "DaemonSet"}, "maxWaitCeiling": "12h", "podOptInNamespaces": []any{"shop", "cart"},
 		},
 		"controller": map[string]any{"extraArgs": []any{"--sync-period=5m"}, "podLabels": map[string]any{"tier": "control"}},
 		"monitoring": map[string]any{"serviceMonitors": true, "additionalLabels": map[string]any{"release": "kube-prometheus-stack"}},
@@ -532,7 +534,7 @@ func TestTheValuesEveryChartHas(t *testing.T) {
 				ports := fmt.Sprint(ctrs[0].(map[string]any)["ports"])
 				if labels["tier"] != "admission" || ann["example.com/scrape"] != "no" || !host || dns != "ClusterFirstWithHostNet" ||
 					!strings.Contains(args, fmt.Sprintf("--port=%d", port)) || !strings.Contains(ports, fmt.Sprintf("containerPort:%d", port)) ||
-					!strings.Contains(args, "--namespace-opt-in-owner-kinds=ReplicaSet,StatefulSet,DaemonSet") || !strings.Contains(args, "--max-wait-ceiling=12h") || !strings.Contains(args, "--pod-opt-in-namespaces=shop,cart") {
+					!strings.Contains(args, "--namespace-opt-in-owner-kinds=ReplicaSet,StatefulSet,DaemonSet") || !strings.Contains(args, "--zap-devel") || !strings.Contains(args, "--max-wait-ceiling=12h") || !strings.Contains(args, "--pod-opt-in-namespaces=shop,cart") {
 					t.Errorf("webhook: labels %v, annotations %v, hostNetwork %v, dnsPolicy %q, args %s, ports %s", labels, ann, host, dns, args, ports)
 				}
 			} else if labels["tier"] != "control" || !strings.Contains(args, "--sync-period=5m") {
@@ -540,11 +542,21 @@ func TestTheValuesEveryChartHas(t *testing.T) {
 			}
 		case kind == "MutatingWebhookConfiguration":
 			hooks, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+			conds := map[string]string{}
 			for _, h := range hooks {
 				hook := h.(map[string]any)
 				if strings.Contains(hook["name"].(string), "opt-in") && hook["failurePolicy"] != "Ignore" {
 					t.Errorf("%s: failurePolicy %v, want Ignore", hook["name"], hook["failurePolicy"])
 				}
+				conds[hook["name"].(string)] = fmt.Sprint(hook["matchConditions"])
+			}
+			// The owner kinds: DaemonSet pods now reach the opted-in
+			// entry; only Job and ReplicationController the fail-open one.
+			if c := conds["namespace-opt-in.pods.stickydrain.io"]; !strings.Contains(c, "['ReplicaSet', 'StatefulSet', 'DaemonSet']") {
+				t.Errorf("namespace-opt-in matchConditions %s, want the kinds ReplicaSet, StatefulSet, DaemonSet", c)
+			}
+			if c := conds["namespace-opt-in-other-kinds.pods.stickydrain.io"]; !strings.Contains(c, "['Job', 'ReplicationController']") {
+				t.Errorf("namespace-opt-in-other-kinds matchConditions %s, want the kinds Job, ReplicationController", c)
 			}
 			seen[kind] = true
 		case kind == "NetworkPolicy":

@@ -222,3 +222,30 @@ spec:
       app.kubernetes.io/name: stickydrain-{{ $name }}
 {{- end }}
 {{- end }}
+
+{{/*
+The controller kinds whose pods a Namespace opt-in reaches fail-closed, and
+the others a Namespace's stickydrain.io/owner-kinds may name (JSON lists).
+*/}}
+{{- define "stickydrain.ownerKinds" -}}
+{{- .Values.webhook.namespaceOptInOwnerKinds | default (list "ReplicaSet" "StatefulSet") | toJson -}}
+{{- end }}
+{{- define "stickydrain.otherOwnerKinds" -}}
+{{- $kinds := include "stickydrain.ownerKinds" . | fromJsonArray -}}
+{{- $other := list -}}
+{{- range list "ReplicaSet" "StatefulSet" "DaemonSet" "Job" "ReplicationController" -}}
+{{- if not (has . $kinds) }}{{ $other = append $other . }}{{ end -}}
+{{- end -}}
+{{- $other | toJson -}}
+{{- end }}
+
+{{/*
+matchCondition expressions: the pod's controller is of one of the kinds
+(a list); the pod opts itself in.
+*/}}
+{{- define "stickydrain.ownedBy" -}}
+has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller && r.kind in [{{ range $i, $k := . }}{{ if $i }}, {{ end }}'{{ $k }}'{{ end }}])
+{{- end }}
+{{- define "stickydrain.labelledIn" -}}
+has(object.metadata.labels) && 'stickydrain.io/drain' in object.metadata.labels && object.metadata.labels['stickydrain.io/drain'] == 'enabled'
+{{- end }}

@@ -4,6 +4,8 @@
 package main
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +17,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -46,6 +49,7 @@ type Options struct {
 	concurrency int
 	leaderElect bool
 	leaderNS    string
+	appliedCM   string
 	serving     serving.Flags
 	zap         zap.Options
 }
@@ -61,6 +65,7 @@ func flagSet(o *Options) *pflag.FlagSet {
 	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", "`address` of Go's /debug/pprof profiles, for diagnosis; empty (the default) disables them")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader, so that of several replicas one acts at a time")
 	fs.StringVar(&o.leaderNS, "leader-election-namespace", "", "`namespace` of the leader-election Lease (default: the pod's own)")
+	fs.StringVar(&o.appliedCM, "applied-configmap", "stickydrain-controller-applied", "`name` of the ConfigMap, in the leader-election namespace (default: the pod's own), where the controller keeps the configuration it last applied: a restarted controller starts on it and holds a changed file that would take servers out of live upstreams, as a running one does; empty: start on the file as it is")
 	fs.AddGoFlagSet(kubeflags.GoFlags(&o.zap))
 	return fs
 }
@@ -104,6 +109,26 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	store := newAppliedStore(o, mgr)
+	if store == nil {
+		log.Info("no namespace to keep the applied configuration in (--leader-election-namespace, POD_NAMESPACE): a restart applies the configuration file as it is")
+	}
+	running := raw // what the controller starts on
+	if store != nil {
+		kept, err := store.load(ctx)
+		switch {
+		case err != nil:
+			log.Error(err, "starting on the configuration file as it is")
+		case kept != nil && !bytes.Equal(kept, raw):
+			c, err := config.Parse(kept, lbTypes)
+			if err != nil {
+				log.Error(err, "the last applied configuration no longer parses; starting on the configuration file as it is", "configMap", store.key.String())
+				break
+			}
+			cfg, running = c, kept
+			log.Info("starting on the configuration last applied; the file differs, and is checked as a change: applied if it takes no server out of a live upstream, held otherwise", "configMap", store.key.String(), "config", o.configPath)
+		}
+	}
 	for _, w := range cfg.Warnings() {
 		log.Info("warning: "+w, "config", o.configPath)
 	}
@@ -141,7 +166,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	// A changed configuration file is validated; a bad one is refused and
 	// the running configuration kept.
-	w := configWatcher{path: o.configPath, loaded: raw, types: lbTypes, r: r, eg: eg, m: m, log: log}
+	w := configWatcher{path: o.configPath, loaded: running, types: lbTypes, r: r, eg: eg, m: m, log: log, store: store}
 	if err := mgr.Add(manager.RunnableFunc(w.run)); err != nil {
 		return fmt.Errorf("adding the configuration watcher: %w", err)
 	}
@@ -166,12 +191,43 @@ type configWatcher struct {
 	eg  *envoygateway.Reconciler
 	m   *reconcile.Metrics
 	log logr.Logger
+	// store keeps what is applied for the next start; nil: nowhere.
+	store *appliedStore
 	// refusal is what the last refused change would have taken.
 	refusal string
 }
 
+// newAppliedStore is where o says the applied configuration is kept, nil
+// when nowhere.
+func newAppliedStore(o Options, mgr manager.Manager) *appliedStore {
+	ns := cmp.Or(o.leaderNS, os.Getenv("POD_NAMESPACE"))
+	if o.appliedCM == "" || ns == "" {
+		return nil
+	}
+	return &appliedStore{reader: mgr.GetAPIReader(), writer: mgr.GetClient(), key: client.ObjectKey{Namespace: ns, Name: o.appliedCM}}
+}
+
+// keep saves what runs as the configuration last applied.
+func (w *configWatcher) keep(ctx context.Context, raw []byte) {
+	if w.store == nil {
+		return
+	}
+	if err := w.store.save(ctx, raw); err != nil {
+		w.log.Error(err, "a restart will check the configuration file against an older configuration")
+	}
+}
+
 func (w *configWatcher) run(ctx context.Context) error {
-	config.Watch(ctx, w.path, w.loaded, 5*time.Second, w.types, func(c *config.Config) bool { return w.apply(ctx, c) }, func(err error) {
+	// The watcher runs on the leader only: it keeps what it starts on
+	// (the first start, an upgrade from a controller that kept nothing).
+	w.keep(ctx, w.loaded)
+	config.Watch(ctx, w.path, w.loaded, 5*time.Second, w.types, func(c *config.Config, raw []byte) bool {
+		if !w.apply(ctx, c) {
+			return false
+		}
+		w.keep(ctx, raw)
+		return true
+	}, func(err error) {
 		w.m.ConfigChange("invalid")
 		w.m.ConfigHeld("invalid")
 		w.log.Error(err, "refusing configuration change; keeping the running configuration", "config", w.path)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
@@ -295,6 +296,53 @@ resync: 2s
 	}
 	ctl.expectMetrics(t, `stickydrain_controller_config_changes_total{result="revoking"} 1`,
 		`stickydrain_controller_config_held{reason="revoking"} 1`) // held, for as long as it is
+	// 7b. The controller restarts while the change is held (a new pod of a
+	// rollout, a node drain): it starts on the configuration it last
+	// applied, not on the file, and holds the file's change again. Users
+	// keep their sessions on shop's pods all along: no server leaves.
+	alice := newUser()
+	if code, _ := alice.do(t, "POST", h.URL()+"/login?user=alice"); code != http.StatusOK {
+		t.Fatalf("alice's login through edge: %d", code)
+	}
+	served, failed := 0, []string{}
+	trafficCtx, stopTraffic := context.WithCancel(ctx)
+	trafficDone := make(chan struct{})
+	go func() {
+		defer close(trafficDone)
+		for trafficCtx.Err() == nil {
+			resp, err := alice.c.Get(h.URL() + "/app/")
+			switch {
+			case err != nil:
+				failed = append(failed, err.Error())
+			case resp.StatusCode != http.StatusOK:
+				failed = append(failed, resp.Status)
+			default:
+				served++
+			}
+			if resp != nil {
+				resp.Body.Close()
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	ctl.stop()
+	ctl.start()
+	eventually(t, ctx, "the restarted controller holding the change", func() bool {
+		body, err := framework.ScrapeGuarded(ctx, ctl.c, ctl.metricsPort)
+		return err == nil && hasSeries(body, `stickydrain_controller_config_held{reason="revoking"} 1`)
+	})
+	time.Sleep(6 * time.Second) // passes of the restarted controller, and another look at the file
+	stopTraffic()
+	<-trafficDone
+	if es, _, _ := read(); !holds(es, shopA, shopB) {
+		t.Errorf("edge/shop holds %v after a restart onto a held configuration change; want shop's pods still", es)
+	}
+	if len(failed) > 0 || served == 0 {
+		t.Errorf("alice through edge during the restart: %d requests served in her session, %d not: %v", served, len(failed), failed[:min(len(failed), 5)])
+	}
+	if log, _ := os.ReadFile(ctl.logPath); !strings.Contains(string(log), "starting on the configuration last applied") {
+		t.Errorf("the restarted controller did not say it started on the configuration last applied")
+	}
 	var web corev1.Service
 	must.OK(t, k.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "web"}, &web))
 	web.Annotations["stickydrain.io/upstreams"] = "plus/shop"

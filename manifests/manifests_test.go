@@ -97,8 +97,10 @@ func TestTheInstallHasEveryPart(t *testing.T) {
 		"PodDisruptionBudget/stickydrain-webhook",
 		"PriorityClass/stickydrain-critical",
 		"PrometheusRule/stickydrain",
+		"Role/stickydrain-controller-applied-configuration",
 		"Role/stickydrain-controller-leader-election",
 		"Role/stickydrain-webhook-leader-election",
+		"RoleBinding/stickydrain-controller-applied-configuration",
 		"RoleBinding/stickydrain-controller-leader-election",
 		"RoleBinding/stickydrain-webhook-leader-election",
 		"Secret/stickydrain-metrics-scraper-token",
@@ -715,11 +717,12 @@ func TestTheInstallAppliesToARealAPIServer(t *testing.T) {
 
 	can := func(sa, verb, group, resource, namespace string) bool {
 		t.Helper()
+		resource, name, _ := strings.Cut(resource, "/") // resource/name: one object
 		r := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User:   "system:serviceaccount:" + ns + ":" + sa,
 			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
 			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Verb: verb, Group: group, Resource: resource, Namespace: namespace,
+				Verb: verb, Group: group, Resource: resource, Name: name, Namespace: namespace,
 			},
 		}}
 		if err := c.Client.Create(ctx, r); err != nil {
@@ -754,6 +757,10 @@ func TestTheInstallAppliesToARealAPIServer(t *testing.T) {
 		{"stickydrain-webhook", "create", "authentication.k8s.io", "tokenreviews", "", true},
 		{"stickydrain-controller", "get", "", "secrets", "shop", false},
 		{"stickydrain-controller", "update", "", "services", "shop", false},
+		{"stickydrain-controller", "update", "", "configmaps/stickydrain-controller-applied", ns, true},
+		{"stickydrain-controller", "update", "", "configmaps/stickydrain-controller", ns, false},
+		{"stickydrain-controller", "get", "", "configmaps/stickydrain-controller-applied", "shop", false},
+		{"stickydrain-controller", "list", "", "configmaps", ns, false},
 	} {
 		if got := can(a.sa, a.verb, a.group, a.resource, a.namespace); got != a.allowed {
 			t.Errorf("%s may %s %s.%s in %q: %v, want %v", a.sa, a.verb, a.resource, a.group, a.namespace, got, a.allowed)

@@ -11,16 +11,17 @@ import (
 // updated by a symlink swap, which file events miss) and, when its content
 // differs from what the running configuration was parsed from (loaded at
 // first, then each content applied), calls apply with the new
-// configuration if it is valid (types checks what belongs to each load
-// balancer's type), or refused with the reason if it is not (once per
-// content); a refused change leaves the running configuration as it is.
+// configuration and the content it was parsed from if it is valid (types
+// checks what belongs to each load balancer's type), or refused with the
+// reason if it is not (once per content); a refused change leaves the
+// running configuration as it is.
 // apply returns whether the content is settled (applied); when it is not
 // (held), the same content is given to apply again at the next interval.
 // back, when not nil, is called when the file returns to the running
 // configuration's content after a refused or held one: nothing is pending
 // any more. A file that disappears (its ConfigMap deleted) changes
 // nothing. It returns when ctx ends.
-func Watch(ctx context.Context, path string, loaded []byte, every time.Duration, types TypeChecker, apply func(*Config) bool, refused func(error), back func()) {
+func Watch(ctx context.Context, path string, loaded []byte, every time.Duration, types TypeChecker, apply func(c *Config, raw []byte) bool, refused func(error), back func()) {
 	running := loaded
 	var invalid []byte // the last content refused as invalid, said once
 	pending := false   // a content other than the running one was refused or held
@@ -53,7 +54,7 @@ func Watch(ctx context.Context, path string, loaded []byte, every time.Duration,
 			continue
 		}
 		invalid = nil
-		if apply(c) {
+		if apply(c, b) {
 			running, pending = b, false
 		} else {
 			pending = true

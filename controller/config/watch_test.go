@@ -30,7 +30,7 @@ func TestWatchAppliesValidChangesAndRefusesInvalidOnes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	loaded, _ := os.ReadFile(path)
-	go config.Watch(ctx, path, loaded, 10*time.Millisecond, drivers.New(), func(c *config.Config) bool { applied <- c; return true }, func(err error) { refused <- err }, nil)
+	go config.Watch(ctx, path, loaded, 10*time.Millisecond, drivers.New(), func(c *config.Config, _ []byte) bool { applied <- c; return true }, func(err error) { refused <- err }, nil)
 
 	write("loadBalancers: [{name: a, type: f5}]\n")
 	select {
@@ -65,7 +65,7 @@ func TestWatchRetriesAChangeNotSettledAndIgnoresADeletedFile(t *testing.T) {
 	defer cancel()
 	calls := make(chan int, 100)
 	n := 0
-	go config.Watch(ctx, path, nil, 10*time.Millisecond, drivers.New(), func(*config.Config) bool {
+	go config.Watch(ctx, path, nil, 10*time.Millisecond, drivers.New(), func(*config.Config, []byte) bool {
 		n++
 		calls <- n
 		return n >= 3 // held twice, then settled
@@ -109,7 +109,7 @@ func TestWatchSaysWhenTheFileIsBackToTheRunningConfiguration(t *testing.T) {
 	defer cancel()
 	held, refused, back := make(chan struct{}, 100), make(chan struct{}, 100), make(chan struct{}, 100)
 	go config.Watch(ctx, path, running, 10*time.Millisecond, drivers.New(),
-		func(*config.Config) bool { held <- struct{}{}; return false },
+		func(*config.Config, []byte) bool { held <- struct{}{}; return false },
 		func(error) { refused <- struct{}{} },
 		func() { back <- struct{}{} })
 	wait := func(ch chan struct{}, what string) {

@@ -95,7 +95,6 @@ func TestTheInstallHasEveryPart(t *testing.T) {
 		"NetworkPolicy/stickydrain",
 		"PodDisruptionBudget/stickydrain-controller",
 		"PodDisruptionBudget/stickydrain-webhook",
-		"PriorityClass/stickydrain-critical",
 		"PrometheusRule/stickydrain",
 		"Role/stickydrain-controller-applied-configuration",
 		"Role/stickydrain-controller-leader-election",
@@ -394,8 +393,8 @@ func TestTheDeploymentsAreHardenedAndHighlyAvailable(t *testing.T) {
 				t.Errorf("%s/%s: image %q, want a pinned tag", name, c.Name, c.Image)
 			}
 		}
-		if spec.PriorityClassName != "stickydrain-critical" {
-			t.Errorf("%s: priorityClassName %q, want the install's stickydrain-critical", name, spec.PriorityClassName)
+		if spec.PriorityClassName != "" {
+			t.Errorf("%s: priorityClassName %q, want none by default (the priority-class component adds one)", name, spec.PriorityClassName)
 		}
 		spread := map[string]bool{}
 		for _, c := range spec.TopologySpreadConstraints {
@@ -806,5 +805,41 @@ func TestTheEnvoyGatewayComponentAddsItsPermissions(t *testing.T) {
 	}
 	if len(objs) != len(render(t, manifests.Dir("default")))+2 {
 		t.Errorf("the component adds more than its two objects")
+	}
+}
+
+// The priority-class component adds the PriorityClass and runs both
+// Deployments at it; the install alone creates none.
+func TestThePriorityClassComponentRunsBothDeploymentsAtIt(t *testing.T) {
+	dir := t.TempDir()
+	base, err := filepath.Rel(dir, manifests.Dir("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	comp, err := filepath.Rel(dir, manifests.Dir("priority-class"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), fmt.Appendf(nil, "resources:\n  - %s\ncomponents:\n  - %s\n", base, comp), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs := render(t, dir)
+	pc := manifests.Find(objs, "PriorityClass", "stickydrain-critical")
+	if pc == nil {
+		t.Fatalf("the component adds no PriorityClass: %v", kinds(objs))
+	}
+	if v, _, _ := unstructured.NestedInt64(pc.Object, "value"); v != 1000000 || pc.GetLabels()["app.kubernetes.io/part-of"] != "stickydrain" {
+		t.Errorf("PriorityClass value %d, labels %v", v, pc.GetLabels())
+	}
+	for _, name := range []string{"stickydrain-webhook", "stickydrain-controller"} {
+		d := manifests.Find(objs, "Deployment", name)
+		if got, _, _ := unstructured.NestedString(d.Object, "spec", "template", "spec", "priorityClassName"); got != "stickydrain-critical" {
+			t.Errorf("%s: priorityClassName %q, want stickydrain-critical", name, got)
+		}
+	}
+	for _, o := range render(t, manifests.Dir("default")) {
+		if o.GetKind() == "PriorityClass" {
+			t.Errorf("the install alone creates PriorityClass %s", o.GetName())
+		}
 	}
 }

@@ -634,6 +634,34 @@ func TestTheDefaultsDoNotSurprise(t *testing.T) {
 	if !kept {
 		t.Error("controller.config set: no ConfigMap stickydrain-controller rendered")
 	}
+	// No PriorityClass by default (cluster-scoped, its value immutable):
+	// a class by name, or one created on request.
+	classOf := func(vals map[string]any) (created []string, used map[string]string) {
+		used = map[string]string{}
+		for _, o := range mustRender(t, vals) {
+			switch o.GetKind() {
+			case "PriorityClass":
+				created = append(created, o.GetName())
+			case "Deployment":
+				used[o.GetName()], _, _ = unstructured.NestedString(o.Object, "spec", "template", "spec", "priorityClassName")
+			}
+		}
+		return created, used
+	}
+	for _, tc := range []struct {
+		vals    map[string]any
+		created string
+		used    string
+	}{
+		{map[string]any{}, "", ""},
+		{map[string]any{"priorityClassName": "platform-addons"}, "", "platform-addons"},
+		{map[string]any{"priorityClass": map[string]any{"create": true}}, "stickydrain-critical", "stickydrain-critical"},
+	} {
+		created, used := classOf(tc.vals)
+		if strings.Join(created, ",") != tc.created || used["stickydrain-webhook"] != tc.used || used["stickydrain-controller"] != tc.used {
+			t.Errorf("values %v: PriorityClasses created %v, used %v; want %q created, %q used", tc.vals, created, used, tc.created, tc.used)
+		}
+	}
 }
 
 // `helm upgrade --reuse-values` from a chart without this version's keys
@@ -643,13 +671,14 @@ func TestTheDefaultsDoNotSurprise(t *testing.T) {
 // stay, with the minAvailable the previous chart gave.
 func TestAReuseValuesUpgradeFromTheChartBeforeKeepsItsObjects(t *testing.T) {
 	objs, err := renderDefaults(func(v map[string]any) {
-		for _, k := range []string{"global", "commonLabels", "logLevel"} {
+		for _, k := range []string{"global", "commonLabels", "logLevel", "priorityClassName"} {
 			delete(v, k)
 		}
+		v["priorityClass"].(map[string]any)["create"] = true // the previous default
 		delete(v["monitoring"].(map[string]any), "additionalLabels")
 		for _, c := range []string{"webhook", "controller"} {
 			comp := v[c].(map[string]any)
-			for _, k := range []string{"securePort", "hostNetwork", "failurePolicy", "maxWaitCeiling", "podLabels", "podAnnotations", "extraArgs"} {
+			for _, k := range []string{"securePort", "hostNetwork", "failurePolicy", "maxWaitCeiling", "podLabels", "podAnnotations", "extraArgs", "namespaceOptInOwnerKinds"} {
 				delete(comp, k)
 			}
 			comp["podDisruptionBudget"] = map[string]any{"minAvailable": 1}
@@ -658,13 +687,19 @@ func TestAReuseValuesUpgradeFromTheChartBeforeKeepsItsObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pdbs := 0
+	pdbs, classes := 0, 0
 	for _, o := range objs {
 		spec := fmt.Sprint(o.Object["spec"])
 		switch o.GetKind() {
+		case "PriorityClass":
+			classes++
 		case "Deployment":
-			if o.GetName() == "stickydrain-webhook" && (!strings.Contains(spec, "--port=9443") || !strings.Contains(spec, "containerPort:9443")) {
-				t.Errorf("the webhook without securePort: %s", spec)
+			if o.GetName() == "stickydrain-webhook" && (!strings.Contains(spec, "--port=9443") || !strings.Contains(spec, "containerPort:9443") ||
+				!strings.Contains(spec, "--namespace-opt-in-owner-kinds=ReplicaSet,StatefulSet ")) {
+				t.Errorf("the webhook without securePort or namespaceOptInOwnerKinds: %s", spec)
+			}
+			if !strings.Contains(spec, "priorityClassName:stickydrain-critical") {
+				t.Errorf("%s: no longer at the PriorityClass the previous chart created: %s", o.GetName(), spec)
 			}
 		case "NetworkPolicy":
 			if !strings.Contains(spec, "port:9443") {
@@ -676,10 +711,13 @@ func TestAReuseValuesUpgradeFromTheChartBeforeKeepsItsObjects(t *testing.T) {
 				t.Errorf("%s: %s", o.GetName(), spec)
 			}
 		case "MutatingWebhookConfiguration":
-			if strings.Count(fmt.Sprint(o.Object["webhooks"]), "failurePolicy:Fail") != 2 {
-				t.Errorf("the opted-in entries without failurePolicy: %v", o.Object["webhooks"])
+			if strings.Count(fmt.Sprint(o.Object["webhooks"]), "failurePolicy:Fail") != 2 || !strings.Contains(fmt.Sprint(o.Object["webhooks"]), "r.kind in ['ReplicaSet', 'StatefulSet']") {
+				t.Errorf("the opted-in entries without failurePolicy or namespaceOptInOwnerKinds: %v", o.Object["webhooks"])
 			}
 		}
+	}
+	if classes != 1 {
+		t.Errorf("%d PriorityClasses, want the one the previous chart created (its values say create: true)", classes)
 	}
 	if pdbs != 2 {
 		t.Errorf("%d PodDisruptionBudgets, want the two the previous chart had", pdbs)

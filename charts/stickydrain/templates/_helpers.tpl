@@ -139,7 +139,9 @@ tolerations:
 affinity:
 {{- toYaml . | nindent 2 }}
 {{- end }}
-priorityClassName: {{ $root.Values.priorityClass.name }}
+{{- with $root.Values.priorityClassName | default (and $root.Values.priorityClass.create $root.Values.priorityClass.name) }}
+priorityClassName: {{ . }}
+{{- end }}
 securityContext:
 {{- include "stickydrain.podSecurityContext" $root | nindent 2 }}
 serviceAccountName: stickydrain-{{ $name }}

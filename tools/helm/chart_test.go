@@ -3,7 +3,9 @@ package helm
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -721,5 +723,119 @@ func TestAReuseValuesUpgradeFromTheChartBeforeKeepsItsObjects(t *testing.T) {
 	}
 	if pdbs != 2 {
 		t.Errorf("%d PodDisruptionBudgets, want the two the previous chart had", pdbs)
+	}
+}
+
+// The alerts' thresholds, durations and severities are values, alert by
+// alert, and an alert can be left out; without any, the rule is the
+// kustomize install's, byte for byte (the parity test).
+func TestTheAlertsAreValues(t *testing.T) {
+	rules := func(vals map[string]any) map[string]map[string]any {
+		t.Helper()
+		out := map[string]map[string]any{}
+		for _, o := range mustRender(t, map[string]any{"monitoring": map[string]any{"serviceMonitors": true, "alerts": vals}}) {
+			if o.GetKind() != "PrometheusRule" {
+				continue
+			}
+			groups, _, _ := unstructured.NestedSlice(o.Object, "spec", "groups")
+			for _, r := range groups[0].(map[string]any)["rules"].([]any) {
+				rule := r.(map[string]any)
+				out[rule["alert"].(string)] = rule
+			}
+		}
+		return out
+	}
+	def := rules(nil)
+	// The schema names every alert the rule has, and no other.
+	raw, err := os.ReadFile(filepath.Join(chartDir(), "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties struct {
+			Monitoring struct {
+				Properties struct {
+					Alerts struct {
+						Properties map[string]any `json:"properties"`
+					} `json:"alerts"`
+				} `json:"properties"`
+			} `json:"monitoring"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		t.Fatal(err)
+	}
+	if named, shipped := slices.Sorted(maps.Keys(schema.Properties.Monitoring.Properties.Alerts.Properties)), slices.Sorted(maps.Keys(def)); !slices.Equal(named, shipped) {
+		t.Errorf("values.schema.json's monitoring.alerts names %v, the rule has %v", named, shipped)
+	}
+	got := rules(map[string]any{
+		"StickydrainSlotsNearlyExhausted":   map[string]any{"threshold": 0.8},
+		"StickydrainDrainTooLong":           map[string]any{"threshold": 1800, "severity": "critical"},
+		"StickydrainCertificateExpiresSoon": map[string]any{"threshold": 1209600, "for": "2h"},
+		"StickydrainWebhookAbsent":          map[string]any{"for": "15m"},
+		"StickydrainPodsRefused":            map[string]any{"enabled": false},
+	})
+	if len(got) != len(def)-1 || got["StickydrainPodsRefused"] != nil {
+		t.Errorf("%d alerts, want %d: StickydrainPodsRefused left out", len(got), len(def)-1)
+	}
+	for _, c := range []struct{ alert, field, want string }{
+		{"StickydrainSlotsNearlyExhausted", "expr", "stickydrain_controller_slots_used / stickydrain_controller_slots > 0.8"},
+		{"StickydrainDrainTooLong", "expr", "time() - stickydrain_controller_drain_deadline_timestamp_seconds > 1800"},
+		{"StickydrainCertificateExpiresSoon", "expr", `certmanager_certificate_expiration_timestamp_seconds{name="stickydrain-webhook"} - time() < 1209600`},
+		{"StickydrainCertificateExpiresSoon", "for", "2h"},
+		{"StickydrainWebhookAbsent", "for", "15m"},
+		{"StickydrainWebhookErrors", "for", "5m"},
+	} {
+		if v := fmt.Sprint(got[c.alert][c.field]); v != c.want {
+			t.Errorf("%s %s = %q, want %q", c.alert, c.field, v, c.want)
+		}
+	}
+	if sev := fmt.Sprint(got["StickydrainDrainTooLong"]["labels"]); !strings.Contains(sev, "severity:critical") {
+		t.Errorf("StickydrainDrainTooLong labels %s, want severity critical", sev)
+	}
+	// The rest as shipped, Prometheus templates untouched.
+	for _, a := range []string{"StickydrainWebhookUnreachable", "StickydrainConfigurationRefused", "StickydrainLoadBalancerUnreachable"} {
+		if fmt.Sprint(got[a]) != fmt.Sprint(def[a]) {
+			t.Errorf("%s changed:\n%v\nwant\n%v", a, got[a], def[a])
+		}
+	}
+	// promtool (the release manifests/alerts_test.go runs) checks the
+	// rules as rendered with the changes.
+	var spec map[string]any
+	for _, o := range mustRender(t, map[string]any{"monitoring": map[string]any{"serviceMonitors": true, "alerts": map[string]any{
+		"StickydrainSlotsNearlyExhausted": map[string]any{"threshold": 0.8}, "StickydrainCertificateExpiresSoon": map[string]any{"threshold": 1209600},
+	}}}) {
+		if o.GetKind() == "PrometheusRule" {
+			spec = o.Object["spec"].(map[string]any)
+		}
+	}
+	body, err := yaml.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "run", "github.com/prometheus/prometheus/cmd/promtool@v0.316.0", "check", "rules", "rules.yaml")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check rules on the rendered alerts: %v\n%s", err, out)
+	}
+
+	// A threshold where the expression compares against none, or an
+	// unknown alert, is refused by name.
+	for vals, names := range map[string]string{
+		"monitoring: {alerts: {StickydrainWebhookAbsent: {threshold: 2}}}":    "/monitoring/alerts/StickydrainWebhookAbsent",
+		"monitoring: {alerts: {StickydrainSlotsExhausted: {threshold: 0.8}}}": "StickydrainSlotsExhausted",
+		"monitoring: {alerts: {StickydrainDrainTooLong: {for: soon}}}":        "/monitoring/alerts/StickydrainDrainTooLong/for",
+	} {
+		var v map[string]any
+		if err := yaml.Unmarshal([]byte(vals), &v); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := render(v); err == nil || !strings.Contains(err.Error(), names) {
+			t.Errorf("%s: error %v, want one naming %s", vals, err, names)
+		}
 	}
 }

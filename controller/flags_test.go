@@ -17,7 +17,7 @@ func TestFlags(t *testing.T) {
 		"config": "/etc/stickydrain/controller.yaml", "metrics-bind-address": ":9443", "metrics-secure": "true",
 		"metrics-cert-dir": "/certs", "enable-http2": "true", "health-probe-bind-address": ":9081",
 		"concurrent-reconciles": "4", "pprof-bind-address": "127.0.0.1:6060", "leader-elect": "true",
-		"leader-election-namespace": "stickydrain-system", "kubeconfig": "/root/.kube/config",
+		"leader-election-namespace": "stickydrain-system", "kubeconfig": "/root/.kube/config", "applied-configmap": "stickydrain-controller-applied",
 		"zap-devel": "true", "zap-encoder": "console", "zap-log-level": "debug", "zap-stacktrace-level": "panic", "zap-time-encoding": "iso8601",
 	})
 	cmdlinetest.Refused(t, newFlagSet, map[string]string{

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -83,6 +84,9 @@ func main() {
 func Run(ctx context.Context, o Options) error {
 	if o.concurrency < 1 {
 		return bootstrap.Usage(fmt.Errorf("--concurrent-reconciles=%d: want 1 or more", o.concurrency))
+	}
+	if errs := validation.IsDNS1123Subdomain(o.appliedCM); o.appliedCM != "" && len(errs) > 0 {
+		return bootstrap.Usage(fmt.Errorf("--applied-configmap=%q: %s; want a ConfigMap's name, or empty to keep none", o.appliedCM, strings.Join(errs, "; ")))
 	}
 	raw, err := os.ReadFile(o.configPath)
 	missing := errors.Is(err, fs.ErrNotExist)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -87,6 +88,33 @@ func TestEnvoyGatewayKeepsStickyRulesOnDrainingPods(t *testing.T) {
 	// blog is allowed by its label, shop by its name.
 	for _, ns := range []string{"gw", "shop", "blog", "evil", "envoy-gateway-system"} {
 		create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"tenant": ns}}})
+	}
+	// The shipped RoleBinding, in the Gateway's namespace as the operator
+	// patches it: the controller writes EnvoyPatchPolicies there, and
+	// nowhere else.
+	raw, err := os.ReadFile(filepath.Join("..", "manifests", "envoy-gateway", "gateway-namespace.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rb unstructured.Unstructured
+	if err := yaml.Unmarshal(raw, &rb.Object); err != nil {
+		t.Fatal(err)
+	}
+	rb.SetNamespace("gw")
+	if err := k.Create(ctx, &rb); err != nil {
+		t.Fatal(err)
+	}
+	for ns, want := range map[string]bool{"gw": true, "shop": false, "envoy-gateway-system": false} {
+		r := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "system:serviceaccount:stickydrain-system:stickydrain-controller",
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "create", Group: "gateway.envoyproxy.io", Resource: "envoypatchpolicies", Namespace: ns},
+		}}
+		if err := k.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Status.Allowed != want {
+			t.Errorf("the controller may create EnvoyPatchPolicies in namespace %s: %v, want %v", ns, r.Status.Allowed, want)
+		}
 	}
 	// The certificate Envoy presents to Envoy Gateway, which its
 	// translator expects in its namespace (certgen makes it at install).

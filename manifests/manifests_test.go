@@ -803,8 +803,25 @@ func TestTheEnvoyGatewayComponentAddsItsPermissions(t *testing.T) {
 	if len(subjects) != 1 || sa == nil || subjects[0].(map[string]any)["name"] != sa.GetName() || subjects[0].(map[string]any)["namespace"] != sa.GetNamespace() {
 		t.Errorf("the binding's subjects %v are not the controller's ServiceAccount", subjects)
 	}
-	if len(objs) != len(render(t, manifests.Dir("default")))+2 {
-		t.Errorf("the component adds more than its two objects")
+	// Writing EnvoyPatchPolicies: a ClusterRole bound in the Gateways'
+	// namespace only, never cluster-wide.
+	if w := manifests.Find(objs, "ClusterRole", "stickydrain-controller-envoy-patch-policies"); w == nil || !strings.Contains(fmt.Sprint(w.Object["rules"]), "create") {
+		t.Errorf("no ClusterRole stickydrain-controller-envoy-patch-policies that creates EnvoyPatchPolicies")
+	}
+	if strings.Contains(fmt.Sprint(role.Object["rules"]), "create") {
+		t.Errorf("the cluster-wide role writes: %v", role.Object["rules"])
+	}
+	rb := manifests.Find(objs, "RoleBinding", "stickydrain-controller-envoy-patch-policies")
+	if rb == nil || rb.GetNamespace() != "gateways" {
+		t.Errorf("no RoleBinding of the write role in the Gateways' namespace: %v", rb)
+	}
+	for _, o := range objs {
+		if o.GetKind() == "ClusterRoleBinding" && strings.Contains(fmt.Sprint(o.Object["roleRef"]), "envoy-patch-policies") {
+			t.Errorf("ClusterRoleBinding %s binds the write role cluster-wide", o.GetName())
+		}
+	}
+	if len(objs) != len(render(t, manifests.Dir("default")))+4 {
+		t.Errorf("the component adds more than its four objects")
 	}
 }
 

@@ -267,24 +267,35 @@ func TestEveryValuesFileRenders(t *testing.T) {
 				if err != nil || cfg.EnvoyGateway == nil || len(cfg.EnvoyGateway.Gateways) != 1 {
 					t.Fatalf("the controller reads the chart's configuration as %+v, %v\n%s", cfg, err, data)
 				}
-				// The permissions are the kustomize component's.
+				// The permissions are the kustomize component's, the write
+				// bound in the Gateway's namespace only.
 				raw, err := os.ReadFile(filepath.Join("..", "..", "manifests", "envoy-gateway", "rbac.yaml"))
 				if err != nil {
 					t.Fatal(err)
 				}
-				var want unstructured.Unstructured
-				if err := yaml.Unmarshal([]byte(strings.Split(string(raw), "\n---")[0]), &want.Object); err != nil {
-					t.Fatal(err)
+				for _, doc := range strings.Split(string(raw), "\n---") {
+					var want unstructured.Unstructured
+					if err := yaml.Unmarshal([]byte(doc), &want.Object); err != nil {
+						t.Fatal(err)
+					}
+					got := manifests.Find(objs, want.GetKind(), want.GetName())
+					if got == nil {
+						t.Fatalf("controller.envoyGateway.enabled, and no %s %s", want.GetKind(), want.GetName())
+					}
+					for _, f := range []string{"rules", "roleRef"} {
+						if d := cmp.Diff(want.Object[f], got.Object[f]); d != "" {
+							t.Errorf("%s %s: the chart's %s are not manifests/envoy-gateway's (-kustomize +chart):\n%s", want.GetKind(), want.GetName(), f, d)
+						}
+					}
 				}
-				got := manifests.Find(objs, "ClusterRole", "stickydrain-controller-envoy-gateway")
-				if got == nil {
-					t.Fatal("controller.envoyGateway.enabled, and no ClusterRole stickydrain-controller-envoy-gateway")
+				var bound []string
+				for _, o := range objs {
+					if o.GetKind() == "RoleBinding" && o.GetName() == "stickydrain-controller-envoy-patch-policies" {
+						bound = append(bound, o.GetNamespace())
+					}
 				}
-				if d := cmp.Diff(want.Object["rules"], got.Object["rules"]); d != "" {
-					t.Errorf("the chart's Envoy Gateway permissions are not manifests/envoy-gateway's (-kustomize +chart):\n%s", d)
-				}
-				if manifests.Find(objs, "ClusterRoleBinding", "stickydrain-controller-envoy-gateway") == nil {
-					t.Error("no ClusterRoleBinding stickydrain-controller-envoy-gateway")
+				if !slices.Equal(bound, []string{"gateways"}) {
+					t.Errorf("EnvoyPatchPolicies writable in %v, want only the Gateway's namespace gateways", bound)
 				}
 			case "image-volume.yaml":
 				args, _, _ := unstructured.NestedSlice(manifests.Find(objs, "Deployment", "stickydrain-webhook").Object, "spec", "template", "spec", "containers")
@@ -359,6 +370,7 @@ func TestABadValueFailsNamingIt(t *testing.T) {
 		{"the metrics port for admissions", "webhook: {securePort: 8443}", "/webhook/securePort"},
 		{"a common label the selectors use", "commonLabels: {app.kubernetes.io/name: shop}", "invalid propertyName 'app.kubernetes.io/name'"},
 		{"a pod label the chart sets", "controller: {podLabels: {app.kubernetes.io/part-of: shop}}", "invalid propertyName 'app.kubernetes.io/part-of'"},
+		{"Envoy Gateway with no Gateway's namespace", "controller: {envoyGateway: {enabled: true}}", "controller.envoyGateway.namespaces"},
 		{"a Gateway without a namespace", "controller: {envoyGateway: {enabled: true}, config: {envoyGateway: {gateways: [{name: public}]}}}", "/controller/config/envoyGateway/gateways/0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -106,7 +106,7 @@ func TestEnvoyGatewayKeepsStickyRulesOnDrainingPods(t *testing.T) {
 	}
 	for ns, want := range map[string]bool{"gw": true, "shop": false, "envoy-gateway-system": false} {
 		r := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: "system:serviceaccount:stickydrain-system:stickydrain-controller",
+			User:               "system:serviceaccount:stickydrain-system:stickydrain-controller",
 			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "create", Group: "gateway.envoyproxy.io", Resource: "envoypatchpolicies", Namespace: ns},
 		}}
 		if err := k.Create(ctx, r); err != nil {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -763,6 +764,22 @@ func TestControllerReplicasHandOverLeadership(t *testing.T) {
 	if logHas(b, "acquired lease") || logHas(b, `"applied"`) {
 		t.Fatal("the second replica leads, or changed HAProxy, while the first holds the Lease")
 	}
+	// The operator changes the configuration (the ConfigMap both pods
+	// mount): the leader applies and keeps it, and the standby follows it
+	// too, so that it takes the lead on it, not on the one it started on.
+	cfg2 := strings.Replace(cfg, "resync: 10m", "resync: 9m", 1)
+	for _, p := range []*controllerProc{a, b} {
+		must.OK(t, os.WriteFile(p.args[slices.Index(p.args, "--config")+1], []byte(cfg2), 0o644))
+	}
+	kept := func() string {
+		var cm corev1.ConfigMap
+		if k.Get(ctx, client.ObjectKey{Namespace: "stickydrain-system", Name: "stickydrain-controller-applied"}, &cm) != nil {
+			return ""
+		}
+		return cm.Data["controller.yaml"]
+	}
+	eventually(t, ctx, "the changed configuration kept by the leader", func() bool { return kept() == cfg2 })
+	eventually(t, ctx, "the standby following the change", func() bool { return logHas(b, "configuration reloaded") })
 
 	a.stop()
 	stopped := time.Now()
@@ -777,5 +794,8 @@ func TestControllerReplicasHandOverLeadership(t *testing.T) {
 	})
 	if !logHas(b, `"applied"`) {
 		t.Error("the second endpoint drained, but not by the second replica")
+	}
+	if got := kept(); got != cfg2 {
+		t.Errorf("after the hand-over the kept configuration is\n%s\nwant the one the first replica applied\n%s", got, cfg2)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -170,8 +171,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	// A changed configuration file is validated; a bad one is refused and
 	// the running configuration kept.
-	w := configWatcher{path: o.configPath, loaded: running, types: lbTypes, r: r, eg: eg, m: m, log: log, store: store}
-	if err := mgr.Add(manager.RunnableFunc(w.run)); err != nil {
+	w := &configWatcher{path: o.configPath, loaded: running, types: lbTypes, r: r, eg: eg, m: m, log: log, store: store, elected: mgr.Elected()}
+	if err := mgr.Add(w); err != nil {
 		return fmt.Errorf("adding the configuration watcher: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
@@ -197,8 +198,29 @@ type configWatcher struct {
 	log logr.Logger
 	// store keeps what is applied for the next start; nil: nowhere.
 	store *appliedStore
-	// refusal is what the last refused change would have taken.
-	refusal string
+	// elected is closed once this replica leads.
+	elected <-chan struct{}
+	// refusal is what the last refused change would have taken; evented,
+	// the last one reported in Events (by the leader).
+	refusal, evented string
+
+	mu      sync.Mutex // serializes keep
+	applied []byte     // the content running
+}
+
+// NeedLeaderElection is false: every replica follows the file, so that a
+// standby takes the lead on the configuration the leader ran, not the one
+// it started on. Only the leader keeps what it applies and reports refused
+// changes in Events.
+func (w *configWatcher) NeedLeaderElection() bool { return false }
+
+func (w *configWatcher) leading() bool {
+	select {
+	case <-w.elected:
+		return true
+	default:
+		return false
+	}
 }
 
 // newAppliedStore is where o says the applied configuration is kept, nil
@@ -211,32 +233,52 @@ func newAppliedStore(o Options, mgr manager.Manager) *appliedStore {
 	return &appliedStore{reader: mgr.GetAPIReader(), writer: mgr.GetClient(), key: client.ObjectKey{Namespace: ns, Name: o.appliedCM}}
 }
 
-// keep saves what runs as the configuration last applied.
-func (w *configWatcher) keep(ctx context.Context, raw []byte) {
+// setApplied records raw as the content running; the leader keeps it.
+func (w *configWatcher) setApplied(ctx context.Context, raw []byte) {
+	w.mu.Lock()
+	w.applied = raw
+	w.mu.Unlock()
+	if w.leading() {
+		w.keep(ctx)
+	}
+}
+
+// keep saves the content running as the configuration last applied.
+func (w *configWatcher) keep(ctx context.Context) {
 	if w.store == nil {
 		return
 	}
-	if err := w.store.save(ctx, raw); err != nil {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.store.save(ctx, w.applied); err != nil {
 		w.log.Error(err, "a restart will check the configuration file against an older configuration")
 	}
 }
 
-func (w *configWatcher) run(ctx context.Context) error {
-	// The watcher runs on the leader only: it keeps what it starts on
-	// (the first start, an upgrade from a controller that kept nothing).
-	w.keep(ctx, w.loaded)
+// Start follows the configuration file until ctx ends.
+func (w *configWatcher) Start(ctx context.Context) error {
+	w.setApplied(ctx, w.loaded)
+	// Once leading, keep what runs (the first start, an upgrade from a
+	// controller that kept nothing, a standby's view of the leader's).
+	go func() {
+		select {
+		case <-w.elected:
+			w.keep(ctx)
+		case <-ctx.Done():
+		}
+	}()
 	config.Watch(ctx, w.path, w.loaded, 5*time.Second, w.types, func(c *config.Config, raw []byte) bool {
 		if !w.apply(ctx, c) {
 			return false
 		}
-		w.keep(ctx, raw)
+		w.setApplied(ctx, raw)
 		return true
 	}, func(err error) {
 		w.m.ConfigChange("invalid")
 		w.m.ConfigHeld("invalid")
 		w.log.Error(err, "refusing configuration change; keeping the running configuration", "config", w.path)
 	}, func() {
-		w.refusal = ""
+		w.refusal, w.evented = "", ""
 		w.m.ConfigHeld("")
 		w.log.Info("the configuration file is back to the running configuration: no change is held", "config", w.path)
 	})
@@ -263,15 +305,19 @@ func (w *configWatcher) apply(ctx context.Context, c *config.Config) bool {
 			what[i] = v.String()
 		}
 		w.m.ConfigHeld("revoking")
-		if said := strings.Join(what, "; "); said != w.refusal {
+		said := strings.Join(what, "; ")
+		if said != w.refusal {
 			w.refusal = said
 			w.m.ConfigChange("revoking")
 			w.log.Error(errors.New(said), "refusing configuration change: it would take servers out of live upstreams; keeping the running configuration, and applying the change once nothing it would take is live (unmap the Services first to take their servers out on purpose)", "config", w.path)
+		}
+		if said != w.evented && w.leading() {
+			w.evented = said
 			w.r.RefuseRevocations(ctx, revs)
 		}
 		return false
 	}
-	w.refusal = ""
+	w.refusal, w.evented = "", ""
 	if err := w.r.SetConfig(ctx, c); err != nil {
 		w.m.ConfigChange("error")
 		w.log.Error(err, "applying the configuration change; trying again", "config", w.path)

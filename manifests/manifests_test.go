@@ -85,6 +85,7 @@ func TestTheInstallHasEveryPart(t *testing.T) {
 		"ClusterRoleBinding/stickydrain-controller",
 		"ClusterRoleBinding/stickydrain-metrics-scraper",
 		"ClusterRoleBinding/stickydrain-webhook",
+		"ConfigMap/stickydrain-controller-applied",
 		"ConfigMap/stickydrain-dashboard",
 		"Deployment/stickydrain-controller",
 		"Deployment/stickydrain-webhook",
@@ -636,6 +637,16 @@ func TestTheInstallAppliesToARealAPIServer(t *testing.T) {
 	if err := c.Client.Update(ctx, &cm); err != nil {
 		t.Fatal(err)
 	}
+	// So does the controller's record of what it applied (the install
+	// creates that ConfigMap empty; the controller fills it).
+	var kept corev1.ConfigMap
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "stickydrain-controller-applied"}, &kept); err != nil {
+		t.Fatal(err)
+	}
+	kept.Data = map[string]string{"controller.yaml": edited}
+	if err := c.Client.Update(ctx, &kept); err != nil {
+		t.Fatal(err)
+	}
 	for _, o := range render(t, manifests.Dir("default")) {
 		o.SetManagedFields(nil)
 		if err := c.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("kubectl"), client.ForceOwnership); err != nil {
@@ -647,6 +658,9 @@ func TestTheInstallAppliesToARealAPIServer(t *testing.T) {
 	}
 	if cm.Data["controller.yaml"] != edited {
 		t.Errorf("re-applying the install changed the operator's configuration:\n%s", cm.Data["controller.yaml"])
+	}
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "stickydrain-controller-applied"}, &kept); err != nil || kept.Data["controller.yaml"] != edited {
+		t.Errorf("re-applying the install changed the controller's record of what it applied: %v, %v", kept.Data, err)
 	}
 
 	// The API server stored them: read back what a user would look at.
@@ -760,6 +774,7 @@ func TestTheInstallAppliesToARealAPIServer(t *testing.T) {
 		{"stickydrain-controller", "update", "", "configmaps/stickydrain-controller", ns, false},
 		{"stickydrain-controller", "get", "", "configmaps/stickydrain-controller-applied", "shop", false},
 		{"stickydrain-controller", "list", "", "configmaps", ns, false},
+		{"stickydrain-controller", "create", "", "configmaps", ns, false},
 	} {
 		if got := can(a.sa, a.verb, a.group, a.resource, a.namespace); got != a.allowed {
 			t.Errorf("%s may %s %s.%s in %q: %v, want %v", a.sa, a.verb, a.resource, a.group, a.namespace, got, a.allowed)

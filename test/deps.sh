@@ -34,6 +34,9 @@ command -v runc >/dev/null || need+=(runc)
 command -v php >/dev/null || need+=(php-cli)
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
+# test/registry: the CNCF Distribution registry, which the chart and the
+# images are pushed to and the real node pulls from.
+[[ -x /usr/bin/docker-registry ]] || need+=(docker-registry)
 for c in nsenter unshare mount; do
 	command -v "$c" >/dev/null || { need+=(util-linux mount); break; }
 done

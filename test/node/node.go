@@ -60,6 +60,10 @@ type Options struct {
 	Images []string
 	// SandboxImage is the pause image's reference; it must be among Images.
 	SandboxImage string
+	// Registries are host:port of plain-HTTP registries on loopback
+	// (test/registry) that containerd pulls from, besides the imported
+	// Images.
+	Registries []string
 	// Log receives progress lines; nil discards them.
 	Log func(format string, args ...any)
 }
@@ -193,6 +197,8 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor
   snapshotter = 'overlayfs'
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = %[5]q
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = %[7]q
 
 [plugins.'io.containerd.cri.v1.runtime']
   restrict_oom_score_adj = true
@@ -213,7 +219,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor
 [plugins.'io.containerd.grpc.v1.cri']
   stream_server_address = '127.0.0.1'
   stream_server_port = '0'
-`, n.path("root"), n.path("state"), n.Socket, n.Socket+".ttrpc", n.opts.SandboxImage, n.path("cni", "net.d"))
+`, n.path("root"), n.path("state"), n.Socket, n.Socket+".ttrpc", n.opts.SandboxImage, n.path("cni", "net.d"), n.path("certs.d"))
 	// The pods' addresses: a bridge on the host with the gateway, so the
 	// host (HAProxy, the API server calling webhooks, the tests) reaches
 	// every pod directly and pods reach the API server on the host.
@@ -272,12 +278,20 @@ nodeStatusUpdateFrequency: 4s
 `, n.Socket, cluster.APIServerIP, ports[0], ports[1], n.path("pod-logs"))
 	files := map[string]string{
 		"containerd.toml":                   containerd,
+		"certs.d/README":                    "containerd's registry hosts (config_path): one directory per registry\n",
 		"cni/net.d/10-stickydrain.conflist": cni,
 		"kubelet.yaml":                      kubelet,
 		"healthz-port":                      strconv.Itoa(ports[1]),
 		"cleanup.sh":                        cleanupScript,
 	}
+	// Each registry over plain HTTP, as containerd's hosts.toml says it.
+	for _, r := range n.opts.Registries {
+		files["certs.d/"+r+"/hosts.toml"] = fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+r, "http://"+r)
+	}
 	for name, body := range files {
+		if err := os.MkdirAll(filepath.Dir(n.path(name)), 0o755); err != nil {
+			return err
+		}
 		if err := os.WriteFile(n.path(name), []byte(body), 0o644); err != nil {
 			return err
 		}

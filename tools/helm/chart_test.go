@@ -670,6 +670,8 @@ func TestTheDefaultsDoNotSurprise(t *testing.T) {
 		{map[string]any{}, "", ""},
 		{map[string]any{"priorityClassName": "platform-addons"}, "", "platform-addons"},
 		{map[string]any{"priorityClass": map[string]any{"create": true}}, "stickydrain-critical", "stickydrain-critical"},
+		// The previous chart's way of naming an existing class.
+		{map[string]any{"priorityClass": map[string]any{"create": false, "name": "platform-addons"}}, "", "platform-addons"},
 	} {
 		created, used := classOf(tc.vals)
 		if strings.Join(created, ",") != tc.created || used["stickydrain-webhook"] != tc.used || used["stickydrain-controller"] != tc.used {

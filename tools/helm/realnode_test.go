@@ -3,14 +3,20 @@ package helm
 import (
 	"context"
 	"fmt"
-	"sort"
+	"io"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"helm.sh/helm/v4/pkg/action"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
+	"helm.sh/helm/v4/pkg/cli"
 	"helm.sh/helm/v4/pkg/kube"
+	"helm.sh/helm/v4/pkg/registry"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +28,7 @@ import (
 	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/install"
 	"github.com/stickydrain/stickydrain/test/node"
+	testregistry "github.com/stickydrain/stickydrain/test/registry"
 )
 
 // waitFor polls cond every 200 ms until it holds or ctx ends.
@@ -38,39 +45,131 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	t.Logf("%s after %v", what, time.Since(start).Round(100*time.Millisecond))
 }
 
-// imageValues points an image's values at a reference built here.
+// imageValues points an image's values at a reference pushed by digest
+// (registry/path/name:tag@sha256:…).
 func imageValues(ref string) map[string]any {
-	repo, tag, _ := strings.Cut(ref, ":")
-	return map[string]any{"repository": repo, "tag": tag}
+	repoTag, digest, _ := strings.Cut(ref, "@")
+	i := strings.LastIndex(repoTag, ":")
+	return map[string]any{"repository": repoTag[:i], "tag": repoTag[i+1:], "digest": digest}
 }
 
-// The chart as a user installs it, on the real node (kubelet, containerd,
-// runc): cert-manager issues the webhook's certificate and injects the CA;
-// `helm install` runs the webhook and the controller from the images built
-// here, with drainctl delivered as an image volume; an opted-in app's pods
-// are injected and run. Then `helm upgrade` rolls the webhook while pods
-// are created every 200 ms (server dry-run, so admission runs): none may be
-// refused (failurePolicy Fail, PodDisruptionBudget, two replicas); and
-// after `helm uninstall` pods are created again, none refused, and the
-// running app is untouched.
+// previousChart is the chart version the upgrade starts from (testdata).
+const previousChart = "0.1.0-main.1d89764"
+
+// publish does what a release does, against the registry at host: pushes
+// the images stickydrain and drainctl from the layouts make test-images
+// wrote beside their tarballs (tools/images push, by digest), pins this
+// checkout's chart to those digests, and pushes it and the previous
+// chart (testdata) to oci://host/stickydrain/charts. It returns the
+// images' references, each registry/path/name:tag@digest.
+func publish(t *testing.T, ctx context.Context, imgs map[string]node.Image, host string, rc *registry.Client) map[string]string {
+	t.Helper()
+	repo := host + "/stickydrain"
+	cmd := exec.CommandContext(ctx, "go", "run", ".", "push", "--out", filepath.Dir(imgs["stickydrain"].Tarball), "--repo", repo, "--images", "stickydrain,drainctl")
+	cmd.Dir = filepath.Join("..", "images")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("pushing the images: %v\n%s", err, stderr.String())
+	}
+	refs := map[string]string{}
+	for _, line := range strings.Fields(string(out)) {
+		for _, n := range []string{"stickydrain", "drainctl"} {
+			if strings.HasPrefix(line, repo+"/"+n+":") {
+				refs[n] = line
+			}
+		}
+	}
+	if len(refs) != 2 {
+		t.Fatalf("tools/images push printed %q, want both images by digest", out)
+	}
+	t.Logf("pushed %s and %s", refs["stickydrain"], refs["drainctl"])
+	ch, err := loader.Load(chartDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch.Values["image"] = imageValues(refs["stickydrain"])
+	ch.Values["drainctlImage"] = imageValues(refs["drainctl"])
+	dir := t.TempDir()
+	current, err := chartutil.Save(ch, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	push := action.NewPushWithOpts(action.WithPushConfig(&action.Configuration{RegistryClient: rc}), action.WithPlainHTTP(true))
+	for _, tgz := range []string{current, filepath.Join("testdata", "stickydrain-"+previousChart+".tgz")} {
+		if _, err := push.Run(tgz, "oci://"+repo+"/charts"); err != nil {
+			t.Fatalf("helm push %s: %v", filepath.Base(tgz), err)
+		}
+	}
+	return refs
+}
+
+// fromRegistry loads the chart version pushed to oci://host/stickydrain/charts.
+func fromRegistry(t *testing.T, host, version string, rc *registry.Client) *chart.Chart {
+	t.Helper()
+	// An Install's ChartPathOptions carry the registry client (as helm
+	// install oci://… --version … --plain-http does).
+	opts := action.NewInstall(&action.Configuration{RegistryClient: rc})
+	opts.Version, opts.PlainHTTP = version, true
+	settings := cli.New()
+	settings.RepositoryCache, settings.ContentCache = t.TempDir(), t.TempDir()
+	path, err := opts.LocateChart("oci://"+host+"/stickydrain/charts/stickydrain", settings)
+	if err != nil {
+		t.Fatalf("helm pull oci://%s/stickydrain/charts/stickydrain --version %s: %v", host, version, err)
+	}
+	ch, err := loader.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// The chart as a user installs it from a registry, on the real node
+// (kubelet, containerd, runc): the images and the chart pushed to a
+// Distribution registry as a release pushes them, the chart pinned to the
+// images' digests, and containerd pulling them from it. cert-manager
+// issues the webhook's certificate and injects the CA. The previous chart
+// version is installed from the registry, then `helm upgrade` to this
+// one, then `helm rollback` to it, each while pods are created every
+// 200 ms (server dry-run, so admission runs): none may be refused
+// (failurePolicy Fail, PodDisruptionBudget, two replicas). An opted-in
+// app's pods are injected throughout, with drainctl delivered as an image
+// volume. After `helm uninstall` pods are created again, none refused, and
+// the running app is untouched.
 func TestHelmOnTheRealNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane and a real node (-short)")
 	}
 	lock := cluster.LockRealNodeT(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	imgs, err := node.BuildImages(ctx, t.TempDir(), t.Logf, "pause", "sessionapp", "drainctl", "stickydrain", "cert-manager")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := cluster.StartT(t, cluster.Options{RealNode: true, RealNodeLock: lock})
-	var tars []string
-	for _, i := range imgs {
-		tars = append(tars, i.Tarball)
+	reg, err := testregistry.Start(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
-	sort.Strings(tars)
-	n, err := node.Start(ctx, node.Options{Cluster: c, Log: t.Logf, Images: tars, SandboxImage: imgs["pause"].Ref})
+	t.Cleanup(reg.Stop)
+	rc, err := registry.NewClient(registry.ClientOptPlainHTTP(), registry.ClientOptWriter(io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := publish(t, ctx, imgs, reg.Host, rc)
+	ch, err := loader.Load(chartDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cluster.StartT(t, cluster.Options{RealNode: true, RealNodeLock: lock})
+	// Only what is not stickydrain's is imported: its two images come
+	// from the registry.
+	var tars []string
+	for _, name := range []string{"pause", "sessionapp", "cert-manager"} {
+		tars = append(tars, imgs[name].Tarball)
+	}
+	n, err := node.Start(ctx, node.Options{Cluster: c, Log: t.Logf, Images: tars, SandboxImage: imgs["pause"].Ref, Registries: []string{reg.Host}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,30 +186,39 @@ func TestHelmOnTheRealNode(t *testing.T) {
 	}
 
 	// The README's commands: the namespace with its Pod Security label,
-	// then helm install with the images.
+	// then helm install from the registry, here the previous version.
 	if err := c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace,
 		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}); err != nil {
 		t.Fatal(err)
 	}
-	ch, err := loader.Load(chartDir())
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := helmConfig(t, c)
+	cfg.RegistryClient = rc
 	vals := map[string]any{
-		"image":         imageValues(imgs["stickydrain"].Ref),
-		"drainctlImage": imageValues(imgs["drainctl"].Ref),
+		"image":         imageValues(refs["stickydrain"]),
+		"drainctlImage": imageValues(refs["drainctl"]),
 		"webhook":       map[string]any{"drainctlDelivery": "image-volume"},
 	}
 	inst := action.NewInstall(cfg)
 	inst.ReleaseName, inst.Namespace = release, namespace
 	inst.WaitStrategy = kube.HookOnlyStrategy
-	if _, err := inst.RunWithContext(ctx, ch, vals); err != nil {
-		t.Fatalf("helm install: %v", err)
+	if _, err := inst.RunWithContext(ctx, fromRegistry(t, reg.Host, previousChart, rc), vals); err != nil {
+		t.Fatalf("helm install --version %s: %v", previousChart, err)
 	}
 	for _, d := range []string{"stickydrain-webhook", "stickydrain-controller"} {
 		if err := install.WaitAvailable(ctx, c, namespace, d); err != nil {
 			t.Fatal(err)
+		}
+	}
+	// containerd pulled both images from the registry, by digest.
+	var running corev1.PodList
+	if err := c.Client.List(ctx, &running, client.InNamespace(namespace)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range running.Items {
+		for _, st := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+			if !strings.HasPrefix(st.ImageID, reg.Host+"/stickydrain/") || !strings.Contains(st.ImageID, "@sha256:") {
+				t.Errorf("%s/%s runs image %s (%s), want one pulled from the registry %s by digest", p.Name, st.Name, st.Image, st.ImageID, reg.Host)
+			}
 		}
 	}
 	waitFor(t, ctx, "the CA injected into the mutating webhooks", func() bool {
@@ -155,7 +263,7 @@ func TestHelmOnTheRealNode(t *testing.T) {
 	for _, p := range pods.Items {
 		vol := false
 		for _, v := range p.Spec.Volumes {
-			vol = vol || (v.Image != nil && v.Image.Reference == imgs["drainctl"].Ref)
+			vol = vol || (v.Image != nil && v.Image.Reference == refs["drainctl"])
 		}
 		if !vol || len(p.Spec.InitContainers) != 0 || p.Annotations["stickydrain.io/status"] != "injected" {
 			t.Errorf("%s: want injected with the drainctl image as a volume and no init container: %v, volumes %+v", p.Name, p.Annotations, p.Spec.Volumes)
@@ -202,26 +310,49 @@ func TestHelmOnTheRealNode(t *testing.T) {
 		}
 	}
 
-	// helm upgrade that rolls the webhook (a new pod template), under pod
-	// creation: the PodDisruptionBudget and the rolling update keep one
-	// replica serving.
+	// helm upgrade from the previous version to this one, from the
+	// registry: it rolls both Deployments (a new pod template) and changes
+	// the webhook configurations, under pod creation; the
+	// PodDisruptionBudget and the rolling update keep one replica serving.
+	webhookRolled := func(what string, cond func(d *appsv1.Deployment) bool) {
+		var d appsv1.Deployment
+		waitFor(t, ctx, what, func() bool {
+			if c.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "stickydrain-webhook"}, &d) != nil {
+				return false
+			}
+			return cond(&d) && d.Status.ObservedGeneration == d.Generation && d.Status.UpdatedReplicas == 2 && d.Status.AvailableReplicas == 2 && d.Status.Replicas == 2
+		})
+	}
 	createWhile("upgrade", true, 3*time.Second, func() {
 		up := action.NewUpgrade(cfg)
 		up.Namespace = namespace
 		up.WaitStrategy = kube.HookOnlyStrategy
 		vals["webhook"] = map[string]any{"drainctlDelivery": "image-volume", "resources": map[string]any{
 			"requests": map[string]any{"cpu": "60m", "memory": "64Mi"}, "limits": map[string]any{"memory": "256Mi"}}}
-		if _, err := up.RunWithContext(ctx, release, ch, vals); err != nil {
-			t.Errorf("helm upgrade: %v", err)
+		if _, err := up.RunWithContext(ctx, release, fromRegistry(t, reg.Host, ch.Metadata.Version, rc), vals); err != nil {
+			t.Errorf("helm upgrade --version %s: %v", ch.Metadata.Version, err)
 			return
 		}
-		var d appsv1.Deployment
-		waitFor(t, ctx, "the webhook rolled to the upgraded template", func() bool {
-			if c.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "stickydrain-webhook"}, &d) != nil {
-				return false
-			}
-			return d.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String() == "60m" &&
-				d.Status.ObservedGeneration == d.Generation && d.Status.UpdatedReplicas == 2 && d.Status.AvailableReplicas == 2 && d.Status.Replicas == 2
+		webhookRolled("the webhook rolled to the upgraded chart", func(d *appsv1.Deployment) bool {
+			return d.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String() == "60m" && d.Spec.Template.Spec.PriorityClassName == ""
+		})
+	})
+	var m admissionv1.MutatingWebhookConfiguration
+	if err := c.Client.Get(ctx, client.ObjectKey{Name: "stickydrain"}, &m); err != nil || len(m.Webhooks) == 0 || len(m.Webhooks[0].MatchConditions) == 0 {
+		t.Errorf("after the upgrade the opted-in entry has no matchConditions: %v", err)
+	}
+
+	// helm rollback to the previous version, under pod creation.
+	createWhile("rollback", true, 3*time.Second, func() {
+		rb := action.NewRollback(cfg)
+		rb.Version = 1
+		rb.WaitStrategy = kube.HookOnlyStrategy
+		if err := rb.Run(release); err != nil {
+			t.Errorf("helm rollback %s 1: %v", release, err)
+			return
+		}
+		webhookRolled("the webhook rolled back to the previous chart", func(d *appsv1.Deployment) bool {
+			return d.Spec.Template.Spec.PriorityClassName == "stickydrain-critical"
 		})
 	})
 
@@ -234,7 +365,6 @@ func TestHelmOnTheRealNode(t *testing.T) {
 			t.Errorf("helm uninstall: %v", err)
 		}
 	})
-	var m admissionv1.MutatingWebhookConfiguration
 	if err := c.Client.Get(ctx, client.ObjectKey{Name: "stickydrain"}, &m); !apierrors.IsNotFound(err) {
 		t.Errorf("after helm uninstall the mutating webhook configuration is still there: %v", err)
 	}

@@ -139,7 +139,14 @@ tolerations:
 affinity:
 {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with $root.Values.priorityClassName | default (and $root.Values.priorityClass.create $root.Values.priorityClass.name) }}
+{{- $pc := $root.Values.priorityClass | default dict }}
+{{- $class := $root.Values.priorityClassName }}
+{{- /* priorityClass.name: the class created, or (the previous chart's way)
+an existing one named with create: false. */}}
+{{- if and (not $class) $pc.name (or $pc.create (ne $pc.name "stickydrain-critical")) }}
+{{- $class = $pc.name }}
+{{- end }}
+{{- with $class }}
 priorityClassName: {{ . }}
 {{- end }}
 securityContext:

@@ -92,6 +92,7 @@ func TestTheInstallHasEveryPart(t *testing.T) {
 		"Issuer/stickydrain-ca",
 		"Issuer/stickydrain-selfsigned",
 		"MutatingWebhookConfiguration/stickydrain",
+		"MutatingWebhookConfiguration/stickydrain-other-kinds",
 		"Namespace/stickydrain-system",
 		"NetworkPolicy/stickydrain",
 		"PodDisruptionBudget/stickydrain-controller",
@@ -525,10 +526,17 @@ func TestTheBinariesAcceptTheShippedArguments(t *testing.T) {
 	}
 	// The configuration is the operator's: the install mounts it, optional
 	// (the controller starts without it and maps nothing), and does not ship
-	// it, so that re-applying the install cannot overwrite it.
+	// it, so that re-applying the install cannot overwrite it. The
+	// controller's record of what it applied is shipped empty (no data to
+	// overwrite with).
 	for _, o := range objs {
-		if o.GetKind() == "ConfigMap" && o.GetName() != "stickydrain-dashboard" {
+		if o.GetKind() != "ConfigMap" || o.GetName() == "stickydrain-dashboard" {
+			continue
+		}
+		if o.GetName() != "stickydrain-controller-applied" {
 			t.Errorf("the install ships ConfigMap %s: re-applying it would overwrite the operator's configuration", o.GetName())
+		} else if o.Object["data"] != nil || o.Object["binaryData"] != nil {
+			t.Errorf("the install ships ConfigMap %s with data: re-applying it would overwrite the controller's record", o.GetName())
 		}
 	}
 	vols := d.Spec.Template.Spec.Volumes

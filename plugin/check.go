@@ -127,8 +127,11 @@ func (c *Client) checkWebhook(ctx context.Context) Finding {
 		f.Fix = "run check with a user who may list mutatingwebhookconfigurations"
 		return f
 	}
+	// The install's webhooks may span configurations (stickydrain, and
+	// stickydrain-other-kinds): every one of them counts.
+	var names, empty []string
 	for _, m := range list.Items {
-		var names, empty []string
+		had := len(names)
 		for _, w := range m.Webhooks {
 			if !strings.HasSuffix(w.Name, webhookSuffix) {
 				continue
@@ -138,16 +141,17 @@ func (c *Client) checkWebhook(ctx context.Context) Finding {
 				empty = append(empty, w.Name)
 			}
 		}
-		if len(names) == 0 {
-			continue
+		if had == 0 && len(names) > 0 {
+			f.Object = "mutatingwebhookconfiguration/" + m.Name
 		}
-		f.Object = "mutatingwebhookconfiguration/" + m.Name
-		if len(empty) > 0 {
-			f.Level = LevelError
-			f.Message = fmt.Sprintf("%d of %d webhooks have no caBundle (%s): the API server cannot call the webhook, and opted-in pods are refused", len(empty), len(names), strings.Join(empty, ", "))
-			f.Fix = "cert-manager's CA injector fills it: check that cert-manager runs and that the webhook's Certificate is Ready (kubectl -n stickydrain-system get certificate)"
-			return f
-		}
+	}
+	switch {
+	case len(empty) > 0:
+		f.Level = LevelError
+		f.Message = fmt.Sprintf("%d of %d webhooks have no caBundle (%s): the API server cannot call the webhook, and opted-in pods are refused", len(empty), len(names), strings.Join(empty, ", "))
+		f.Fix = "cert-manager's CA injector fills it: check that cert-manager runs and that the webhook's Certificate is Ready (kubectl -n stickydrain-system get certificate)"
+		return f
+	case len(names) > 0:
 		f.Level, f.Message = LevelOK, fmt.Sprintf("%d webhooks, each with a caBundle", len(names))
 		return f
 	}

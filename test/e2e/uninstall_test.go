@@ -137,7 +137,9 @@ func TestUninstallInOrderLosesNoRequest(t *testing.T) {
 
 	// 4. Delete the webhook configurations; pods are created unhooked.
 	t.Log("step 4: the webhook configurations deleted; a fourth pod created")
-	must.OK(t, k.Delete(ctx, &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "stickydrain"}}))
+	for _, name := range []string{"stickydrain", "stickydrain-other-kinds"} {
+		must.OK(t, k.Delete(ctx, &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+	}
 	must.OK(t, k.Delete(ctx, &admissionv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "stickydrain"}}))
 	var d appsv1.Deployment
 	must.OK(t, k.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: "web"}, &d))

@@ -130,6 +130,7 @@ func (c *Client) checkWebhook(ctx context.Context) Finding {
 	// The install's webhooks may span configurations (stickydrain, and
 	// stickydrain-other-kinds): every one of them counts.
 	var names, empty []string
+	emptyIn := "" // the configuration of the first entry without a caBundle
 	for _, m := range list.Items {
 		had := len(names)
 		for _, w := range m.Webhooks {
@@ -138,6 +139,9 @@ func (c *Client) checkWebhook(ctx context.Context) Finding {
 			}
 			names = append(names, w.Name)
 			if len(w.ClientConfig.CABundle) == 0 {
+				if len(empty) == 0 {
+					emptyIn = "mutatingwebhookconfiguration/" + m.Name
+				}
 				empty = append(empty, w.Name)
 			}
 		}
@@ -147,6 +151,7 @@ func (c *Client) checkWebhook(ctx context.Context) Finding {
 	}
 	switch {
 	case len(empty) > 0:
+		f.Object = emptyIn
 		f.Level = LevelError
 		f.Message = fmt.Sprintf("%d of %d webhooks have no caBundle (%s): the API server cannot call the webhook, and opted-in pods are refused", len(empty), len(names), strings.Join(empty, ", "))
 		f.Fix = "cert-manager's CA injector fills it: check that cert-manager runs and that the webhook's Certificate is Ready (kubectl -n stickydrain-system get certificate)"

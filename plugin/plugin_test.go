@@ -225,14 +225,19 @@ func TestCheckNamesEachMisconfigurationWithItsFix(t *testing.T) {
 	oldPod := runningPod("old-1")
 	oldPod.Namespace, oldPod.Labels = "legacy", map[string]string{"app": "old"}
 	oldPod.Annotations, oldPod.Spec.Containers[0].Lifecycle = nil, nil
+	// The install's webhooks span two configurations; the second one's
+	// entry has no caBundle yet.
 	webhooks := &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "stickydrain"}, Webhooks: []admissionv1.MutatingWebhook{
 		{Name: "namespace-opt-in.pods.stickydrain.io", ClientConfig: admissionv1.WebhookClientConfig{CABundle: []byte("ca")}},
-		{Name: "pod-opt-in.pods.stickydrain.io"},
+		{Name: "pod-opt-in.pods.stickydrain.io", ClientConfig: admissionv1.WebhookClientConfig{CABundle: []byte("ca")}},
+	}}
+	others := &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "stickydrain-other-kinds"}, Webhooks: []admissionv1.MutatingWebhook{
+		{Name: "namespace-opt-in-other-kinds.pods.stickydrain.io"},
 	}}
 	kube := fake.NewClientset(
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{api.OptInLabel: api.LabelEnabled}}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "legacy"}},
-		web, good, long, before, svc, refused, legacy, oldPod, webhooks)
+		web, good, long, before, svc, refused, legacy, oldPod, webhooks, others)
 	var ran []string
 	c := &Client{Kube: kube, Exec: func(_ context.Context, ns, pod, container string, cmd []string) (string, string, error) {
 		ran = append(ran, strings.Join(cmd, " "))

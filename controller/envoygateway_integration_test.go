@@ -29,6 +29,7 @@ import (
 	"github.com/stickydrain/stickydrain/controller/envoygateway"
 	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/install"
+	"github.com/stickydrain/stickydrain/test/must"
 	"github.com/stickydrain/stickydrain/test/peers"
 )
 
@@ -77,7 +78,7 @@ func TestEnvoyGatewayKeepsStickyRulesOnDrainingPods(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The CRDs may take a moment to be served.
-		eventually(t, ctx, "creating "+u.GetKind()+" "+u.GetName(), func() bool {
+		must.Eventually(t, ctx, 50*time.Millisecond, "creating "+u.GetKind()+" "+u.GetName(), func() bool {
 			err := k.Create(ctx, u.DeepCopy())
 			if err != nil && !apierrors.IsNotFound(err) && !strings.Contains(err.Error(), "no matches for kind") {
 				t.Fatalf("creating %s %s: %v", u.GetKind(), u.GetName(), err)
@@ -227,7 +228,7 @@ envoyGateway:
 	}
 	waitPatched := func(want ...string) {
 		t.Helper()
-		eventually(t, ctx, "the EnvoyPatchPolicy to name "+strings.Join(want, ", "), func() bool { return slices.Equal(patched(), want) })
+		must.Eventually(t, ctx, 50*time.Millisecond, "the EnvoyPatchPolicy to name "+strings.Join(want, ", "), func() bool { return slices.Equal(patched(), want) })
 	}
 	event := func(kind, ns, name, reason, typ, contains string) bool {
 		var evs eventsv1.EventList
@@ -252,7 +253,7 @@ envoyGateway:
 		{"HTTPRoute", "evil", "steal", api.ReasonRouteNotAllowed, corev1.EventTypeWarning, "namespace evil"},
 		{"Gateway", "gw", "other", api.ReasonPolicyConflict, corev1.EventTypeWarning, "gw/stickydrain-other"},
 	} {
-		eventually(t, ctx, e.reason+" Event on "+e.kind+" "+e.ns+"/"+e.name, func() bool { return event(e.kind, e.ns, e.name, e.reason, e.typ, e.contains) })
+		must.Eventually(t, ctx, 50*time.Millisecond, e.reason+" Event on "+e.kind+" "+e.ns+"/"+e.name, func() bool { return event(e.kind, e.ns, e.name, e.reason, e.typ, e.contains) })
 	}
 
 	ctrl.expectMetrics(t,
@@ -305,7 +306,7 @@ envoyGateway:
 		t.Fatal(err)
 	}
 	waitPatched("httproute/shop/api/rule/0", "httproute/shop/cart/rule/0", "httproute/shop/checked/rule/0")
-	eventually(t, ctx, "StickyThroughDrains on shop/checked", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "StickyThroughDrains on shop/checked", func() bool {
 		return event("HTTPRoute", "shop", "checked", api.ReasonStickyThroughDrains, corev1.EventTypeNormal, "rule 0")
 	})
 
@@ -319,7 +320,7 @@ envoyGateway:
 		t.Fatal(err)
 	}
 	waitPatched("httproute/shop/api/rule/0", "httproute/shop/cart/rule/0", "httproute/shop/checked/rule/0")
-	eventually(t, ctx, "emptying the policy", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "emptying the policy", func() bool {
 		if err := k.Get(ctx, client.ObjectKey{Namespace: "gw", Name: "stickydrain-public"}, p); err != nil {
 			return false
 		}
@@ -368,7 +369,7 @@ envoyGateway:
 		}
 	}
 	writeConfig("envoyGateway:\n  gateways:\n    - {namespace: gw, name: other, allowedNamespaces: {names: [shop]}}\n")
-	eventually(t, ctx, "the EnvoyPatchPolicy of a Gateway no longer configured to be deleted", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "the EnvoyPatchPolicy of a Gateway no longer configured to be deleted", func() bool {
 		return apierrors.IsNotFound(k.Get(ctx, client.ObjectKey{Namespace: "gw", Name: "stickydrain-public"}, p))
 	})
 	if err := k.Get(ctx, client.ObjectKey{Namespace: "gw", Name: "stickydrain-other"}, other); err != nil {
@@ -387,7 +388,7 @@ envoyGateway:
 			t.Fatal(err)
 		}
 	}
-	eventually(t, ctx, "the EnvoyPatchPolicy to be deleted", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "the EnvoyPatchPolicy to be deleted", func() bool {
 		err := k.Get(ctx, client.ObjectKey{Namespace: "gw", Name: "stickydrain-public"}, p)
 		return apierrors.IsNotFound(err)
 	})

@@ -89,8 +89,8 @@ resync: 2s
 		got, err := edge.Observe(ctx, "shop")
 		return err == nil && len(got) == 2 && got[netip.AddrPortFrom(shopA, 8080)] == plan.Active && got[netip.AddrPortFrom(shopB, 8080)] == plan.Active
 	}
-	eventually(t, ctx, "shop's two pods active on edge/shop", shopActive)
-	eventually(t, ctx, "the HAProxy process marked filled", ready)
+	must.Eventually(t, ctx, 50*time.Millisecond, "shop's two pods active on edge/shop", shopActive)
+	must.Eventually(t, ctx, 50*time.Millisecond, "the HAProxy process marked filled", ready)
 
 	// The hostile one, all at once.
 	many := make([]string, 10000)
@@ -143,12 +143,12 @@ resync: 2s
 		}
 	}()
 
-	eventually(t, ctx, "UpstreamCannotHold on evil/missing", func() bool { return events("missing", api.ReasonCannotHold, "nosuch") })
-	eventually(t, ctx, "UpstreamCannotHold on evil/full", func() bool { return events("full", api.ReasonCannotHold, "no free server-template slot") })
-	eventually(t, ctx, "BadUpstreamMapping on evil/many naming the bound", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "UpstreamCannotHold on evil/missing", func() bool { return events("missing", api.ReasonCannotHold, "nosuch") })
+	must.Eventually(t, ctx, 50*time.Millisecond, "UpstreamCannotHold on evil/full", func() bool { return events("full", api.ReasonCannotHold, "no free server-template slot") })
+	must.Eventually(t, ctx, 50*time.Millisecond, "BadUpstreamMapping on evil/many naming the bound", func() bool {
 		return events("many", api.ReasonBadMapping, fmt.Sprintf("more than %d distinct upstreams", api.MaxUpstreams))
 	})
-	eventually(t, ctx, "EndpointNotAllowed on evil/ghost", func() bool { return events("ghost", api.ReasonEndpointNotAllowed, "") })
+	must.Eventually(t, ctx, 50*time.Millisecond, "EndpointNotAllowed on evil/ghost", func() bool { return events("ghost", api.ReasonEndpointNotAllowed, "") })
 	// Ten thousand repetitions of one upstream are one mapping, which
 	// converges (edge/evil exists, and the Service has no endpoints).
 	for _, reason := range []string{api.ReasonBadMapping, api.ReasonCannotHold} {
@@ -170,7 +170,7 @@ resync: 2s
 	mu.Unlock()
 	must.OK(t, h.Restart())
 	restartedAt := time.Now()
-	eventually(t, ctx, "the restarted HAProxy process marked filled", ready)
+	must.Eventually(t, ctx, 50*time.Millisecond, "the restarted HAProxy process marked filled", ready)
 	t.Logf("the restarted process was filled and ready %s after the restart", time.Since(restartedAt).Round(10*time.Millisecond))
 	if !shopActive() {
 		t.Error("the restarted process was marked filled without shop's servers")

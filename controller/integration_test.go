@@ -24,7 +24,6 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -130,14 +129,6 @@ func servers(t *testing.T, h *haproxytest.HAProxy) map[netip.AddrPort]plan.State
 	return got
 }
 
-func eventually(t *testing.T, ctx context.Context, what string, cond func() bool) time.Time {
-	t.Helper()
-	if err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
-	return time.Now()
-}
-
 // user is one browser: a cookie jar and the pod that served it last.
 type user struct {
 	c   *http.Client
@@ -232,7 +223,7 @@ resync: 2s
 	}))
 
 	var pods corev1.PodList
-	eventually(t, ctx, "both pods active on both HAProxy instances", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "both pods active on both HAProxy instances", func() bool {
 		if err := k.List(ctx, &pods, client.InNamespace("shop")); err != nil || len(pods.Items) != 2 {
 			return false
 		}
@@ -269,7 +260,7 @@ resync: 2s
 	// pod runs its preStop.
 	deleted := time.Now()
 	must.OK(t, k.Delete(ctx, &victim))
-	drained := eventually(t, ctx, "the victim draining on both instances", func() bool {
+	drained := must.Eventually(t, ctx, 50*time.Millisecond, "the victim draining on both instances", func() bool {
 		return servers(t, h1)[addr] == plan.Draining && servers(t, h2)[addr] == plan.Draining
 	})
 	t.Logf("deletion → drained on both HAProxy instances: %v", drained.Sub(deleted))
@@ -299,7 +290,7 @@ resync: 2s
 	// The metric is read at each pass (the resync: 2 s), before it applies.
 	if !fl.Dynamic {
 		inUse := regexp.MustCompile(`(?m)^stickydrain_controller_slots_used\{lb="edge",upstream="shop"\} (\d+)$`)
-		eventually(t, ctx, "the slots metrics: 8, as many in use as h1 holds servers", func() bool {
+		must.Eventually(t, ctx, 50*time.Millisecond, "the slots metrics: 8, as many in use as h1 holds servers", func() bool {
 			body := ctrlProc.scrape(t)
 			m := inUse.FindStringSubmatch(body)
 			return strings.Contains(body, `stickydrain_controller_slots{lb="edge",upstream="shop"} 8`) && m != nil && m[1] == strconv.Itoa(len(servers(t, h1)))
@@ -328,7 +319,7 @@ resync: 2s
 	if err := h2.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, ctx, "the drain repaired on the restarted instance", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "the drain repaired on the restarted instance", func() bool {
 		return servers(t, h2)[addr] == plan.Draining
 	})
 	checkSticky("after an HAProxy restart")
@@ -351,7 +342,7 @@ resync: 2s
 		t.Fatal(err)
 	}
 	podGone := time.Now()
-	removed := eventually(t, ctx, "the victim removed from both instances", func() bool {
+	removed := must.Eventually(t, ctx, 50*time.Millisecond, "the victim removed from both instances", func() bool {
 		_, in1 := servers(t, h1)[addr]
 		_, in2 := servers(t, h2)[addr]
 		return !in1 && !in2
@@ -369,7 +360,7 @@ resync: 2s
 			t.Logf("the victim's Events: %q", notes)
 		}
 	}()
-	eventually(t, ctx, "Draining and Removed events on the pod", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "Draining and Removed events on the pod", func() bool {
 		var evs eventsv1.EventList
 		if err := k.List(ctx, &evs, client.InNamespace("shop")); err != nil {
 			return false
@@ -394,7 +385,7 @@ resync: 2s
 		ObjectMeta: metav1.ObjectMeta{Name: "intruder", Namespace: "shop", Annotations: map[string]string{"stickydrain.io/upstreams": "edge/shop"}},
 		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "other"}, Ports: []corev1.ServicePort{{Port: 80}}},
 	}))
-	eventually(t, ctx, "an UpstreamConflict warning on the second Service", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "an UpstreamConflict warning on the second Service", func() bool {
 		var evs eventsv1.EventList
 		if err := k.List(ctx, &evs, client.InNamespace("shop")); err != nil {
 			return false
@@ -533,7 +524,7 @@ resync: 10m
 	deploy("shop", "web", 2, corev1.Container{Name: "app", Image: "sessionapp", Args: []string{"--listen=:8080"},
 		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}})
 
-	eventually(t, ctx, "both web pods active on both HAProxy pods, found through their Service", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "both web pods active on both HAProxy pods, found through their Service", func() bool {
 		var lbPods, webPods corev1.PodList
 		if k.List(ctx, &lbPods, client.InNamespace("lb")) != nil || k.List(ctx, &webPods, client.InNamespace("shop")) != nil {
 			return false
@@ -632,7 +623,7 @@ resync: 10m
 		return "absent"
 	}
 	var pods corev1.PodList
-	eventually(t, ctx, "both pods up on both emulators, despite the third instance being down", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "both pods up on both emulators, despite the third instance being down", func() bool {
 		if k.List(ctx, &pods, client.InNamespace("shop")) != nil || len(pods.Items) != 2 {
 			return false
 		}
@@ -649,7 +640,7 @@ resync: 10m
 	addr := victim.Status.PodIP + ":8080"
 	deleted := time.Now()
 	must.OK(t, k.Delete(ctx, &victim))
-	drained := eventually(t, ctx, "drain: true on both emulators", func() bool {
+	drained := must.Eventually(t, ctx, 50*time.Millisecond, "drain: true on both emulators", func() bool {
 		return state(emus[0], addr) == "drain" && state(emus[1], addr) == "drain"
 	})
 	t.Logf("deletion → drain: true on both NGINX Plus API emulators: %v", drained.Sub(deleted))
@@ -667,14 +658,14 @@ resync: 10m
 	if state(emus[1], addr) != "absent" {
 		t.Fatal("the restart did not lose the runtime servers")
 	}
-	repaired := eventually(t, ctx, "the drain repaired after the emulator restart", func() bool {
+	repaired := must.Eventually(t, ctx, 50*time.Millisecond, "the drain repaired after the emulator restart", func() bool {
 		return state(emus[1], addr) == "drain"
 	})
 	t.Logf("restart without a state file → drain repaired: %v", repaired.Sub(restarted))
 	if d := repaired.Sub(restarted); d > 3*time.Second {
 		t.Errorf("repair took %v; the probe runs every second", d)
 	}
-	eventually(t, ctx, "a LoadBalancerStateLost Warning on the Service naming the state directive", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "a LoadBalancerStateLost Warning on the Service naming the state directive", func() bool {
 		var evs eventsv1.EventList
 		if k.List(ctx, &evs, client.InNamespace("shop")) != nil {
 			return false
@@ -690,7 +681,7 @@ resync: 10m
 	if _, err := host.WaitFor(ctx, "shop", victim.Name, "", podhost.StepDeleted); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, ctx, "the server deleted from both emulators after the pod is gone", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "the server deleted from both emulators after the pod is gone", func() bool {
 		return state(emus[0], addr) == "absent" && state(emus[1], addr) == "absent"
 	})
 }
@@ -751,7 +742,7 @@ func TestControllerReplicasHandOverLeadership(t *testing.T) {
 
 	a := startController(t, c, kubeconfig, cfg)
 	setSlice(0)
-	eventually(t, ctx, "three active servers, from the first replica", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "three active servers, from the first replica", func() bool {
 		return len(servers(t, h)) == 3 && state(0) == plan.Active && state(1) == plan.Active && state(2) == plan.Active
 	})
 	if !logHas(a, "acquired lease") {
@@ -759,7 +750,7 @@ func TestControllerReplicasHandOverLeadership(t *testing.T) {
 	}
 	b := startController(t, c, kubeconfig, cfg)
 	setSlice(1)
-	eventually(t, ctx, "the first endpoint draining", func() bool { return state(0) == plan.Draining })
+	must.Eventually(t, ctx, 50*time.Millisecond, "the first endpoint draining", func() bool { return state(0) == plan.Draining })
 	time.Sleep(3 * time.Second) // more than the second replica's retry period (2 s)
 	if logHas(b, "acquired lease") || logHas(b, `"applied"`) {
 		t.Fatal("the second replica leads, or changed HAProxy, while the first holds the Lease")
@@ -778,18 +769,18 @@ func TestControllerReplicasHandOverLeadership(t *testing.T) {
 		}
 		return cm.Data["controller.yaml"]
 	}
-	eventually(t, ctx, "the changed configuration kept by the leader", func() bool { return kept() == cfg2 })
-	eventually(t, ctx, "the standby following the change", func() bool { return logHas(b, "configuration reloaded") })
+	must.Eventually(t, ctx, 50*time.Millisecond, "the changed configuration kept by the leader", func() bool { return kept() == cfg2 })
+	must.Eventually(t, ctx, 50*time.Millisecond, "the standby following the change", func() bool { return logHas(b, "configuration reloaded") })
 
 	a.stop()
 	stopped := time.Now()
-	took := eventually(t, ctx, "the second replica to take the Lease", func() bool { return logHas(b, "acquired lease") }).Sub(stopped)
+	took := must.Eventually(t, ctx, 50*time.Millisecond, "the second replica to take the Lease", func() bool { return logHas(b, "acquired lease") }).Sub(stopped)
 	t.Logf("the second replica took the Lease %v after the first stopped", took)
 	if took > 10*time.Second {
 		t.Errorf("took the Lease %v after the first replica stopped: it waited for the Lease to expire (15 s) instead of taking the released one", took)
 	}
 	setSlice(2)
-	eventually(t, ctx, "the second endpoint draining, from the second replica", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "the second endpoint draining, from the second replica", func() bool {
 		return state(0) == plan.Draining && state(1) == plan.Draining && state(2) == plan.Active
 	})
 	if !logHas(b, `"applied"`) {

@@ -165,10 +165,10 @@ resync: 2s
 	// report: 198.18.250.250 became a server of both HAProxy instances).
 	service("evil", "web", "edge/shop,plus/shop", nil)
 	slice("evil", "web", "web-1", endpoint("198.18.250.250", nil))
-	eventually(t, ctx, "UpstreamNotAllowed on evil/web naming edge's rule", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "UpstreamNotAllowed on evil/web naming edge's rule", func() bool {
 		return events("evil", "web", "UpstreamNotAllowed", "loadBalancers[edge].allowedNamespaces allows names shop, blog")
 	})
-	eventually(t, ctx, "UpstreamNotAllowed on evil/web naming plus' rule", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "UpstreamNotAllowed on evil/web naming plus' rule", func() bool {
 		return events("evil", "web", "UpstreamNotAllowed", "loadBalancers[plus].allowedNamespaces allows selector tenant=web")
 	})
 
@@ -177,7 +177,7 @@ resync: 2s
 	allow("edge/shop", shopA, shopB)
 	allow("plus/shop", shopA, shopB)
 	service("shop", "web", "edge/shop,plus/shop", map[string]string{"app": "web"})
-	eventually(t, ctx, "shop's two pods, and nothing else, active on edge/shop and plus/shop", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "shop's two pods, and nothing else, active on edge/shop and plus/shop", func() bool {
 		es, _, ps := read()
 		return holds(es, shopA, shopB) && holds(ps, shopA, shopB)
 	})
@@ -197,7 +197,7 @@ resync: 2s
 		"endpoint 198.18.250.252 names Pod blog/web-a, outside the Service's namespace shop",
 		"endpoint 10.0.0.1 is outside loadBalancers[edge].allowedCIDRs (198.18.0.0/15)",
 	} {
-		eventually(t, ctx, "EndpointNotAllowed: "+want, func() bool { return events("shop", "web", "EndpointNotAllowed", want) })
+		must.Eventually(t, ctx, 50*time.Millisecond, "EndpointNotAllowed: "+want, func() bool { return events("shop", "web", "EndpointNotAllowed", want) })
 	}
 
 	// 3b. A targetRef without a namespace names a Pod of the Service's
@@ -219,7 +219,7 @@ resync: 2s
 		}
 		return n
 	}
-	eventually(t, ctx, "the Draining Events on shop/web-c, in namespace shop", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "the Draining Events on shop/web-c, in namespace shop", func() bool {
 		var evs eventsv1.EventList
 		if k.List(ctx, &evs, client.InNamespace("shop")) != nil {
 			return false
@@ -235,7 +235,7 @@ resync: 2s
 		t.Errorf("%d Events on Pod web-c in namespace default; want none", n)
 	}
 	must.OK(t, k.Delete(ctx, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-no-namespace"}}))
-	eventually(t, ctx, "shop/web-c gone from edge/shop and plus/shop", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "shop/web-c gone from edge/shop and plus/shop", func() bool {
 		es, _, ps := read()
 		return holds(es, shopA, shopB) && holds(ps, shopA, shopB)
 	})
@@ -245,7 +245,7 @@ resync: 2s
 
 	// 4. The namespace nobody allowed claims again, after the owner.
 	service("evil", "web-2", "edge/shop", map[string]string{"app": "web"})
-	eventually(t, ctx, "UpstreamNotAllowed on evil/web-2", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "UpstreamNotAllowed on evil/web-2", func() bool {
 		return events("evil", "web-2", "UpstreamNotAllowed", "namespace evil may not map onto edge/shop")
 	})
 
@@ -254,15 +254,15 @@ resync: 2s
 	// Service is deleted and re-created.
 	pod("blog", "blog-a", "blog")
 	service("blog", "checkout", "edge/checkout", map[string]string{"app": "blog"})
-	eventually(t, ctx, "UpstreamNotAllowed (pinned) on blog/checkout", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "UpstreamNotAllowed (pinned) on blog/checkout", func() bool {
 		return events("blog", "checkout", "UpstreamNotAllowed", "upstream edge/checkout is pinned to Service shop/checkout")
 	})
 	allow("edge/checkout", shopA, shopB)
 	for round := 0; round < 2; round++ {
 		service("shop", "checkout", "edge/checkout", map[string]string{"app": "web"})
-		eventually(t, ctx, "shop's pods on edge/checkout", func() bool { _, ec, _ := read(); return holds(ec, shopA, shopB) })
+		must.Eventually(t, ctx, 50*time.Millisecond, "shop's pods on edge/checkout", func() bool { _, ec, _ := read(); return holds(ec, shopA, shopB) })
 		must.OK(t, k.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "checkout"}}))
-		eventually(t, ctx, "edge/checkout emptied while its owner is away", func() bool { _, ec, _ := read(); return len(ec) == 0 })
+		must.Eventually(t, ctx, 50*time.Millisecond, "edge/checkout emptied while its owner is away", func() bool { _, ec, _ := read(); return len(ec) == 0 })
 		time.Sleep(3 * time.Second) // a resync and more: blog must not take it
 		if _, ec, _ := read(); len(ec) != 0 {
 			t.Fatalf("edge/checkout holds %v while its pinned owner is deleted", ec)
@@ -287,7 +287,7 @@ resync: 2s
 	// counted. Once shop/web is unmapped from edge (its servers leave on
 	// purpose), the same edit applies by itself.
 	must.OK(t, os.WriteFile(configPath, []byte(configFor("blog")), 0o644))
-	eventually(t, ctx, "ConfigurationChangeRefused on shop/web", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "ConfigurationChangeRefused on shop/web", func() bool {
 		return events("shop", "web", "ConfigurationChangeRefused", "every server of shop/web out of edge/shop (namespace shop may not map onto edge/shop:")
 	})
 	time.Sleep(6 * time.Second) // the watcher checks every 5s: a second look
@@ -327,7 +327,7 @@ resync: 2s
 	}()
 	ctl.stop()
 	ctl.start()
-	eventually(t, ctx, "the restarted controller holding the change", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "the restarted controller holding the change", func() bool {
 		body, err := framework.ScrapeGuarded(ctx, ctl.c, ctl.metricsPort)
 		return err == nil && hasSeries(body, `stickydrain_controller_config_held{reason="revoking"} 1`)
 	})
@@ -347,8 +347,8 @@ resync: 2s
 	must.OK(t, k.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "web"}, &web))
 	web.Annotations["stickydrain.io/upstreams"] = "plus/shop"
 	must.OK(t, k.Update(ctx, &web))
-	eventually(t, ctx, "edge/shop emptied once shop/web is unmapped from it", func() bool { es, _, _ := read(); return len(es) == 0 })
-	eventually(t, ctx, "the held configuration applied", func() bool {
+	must.Eventually(t, ctx, 50*time.Millisecond, "edge/shop emptied once shop/web is unmapped from it", func() bool { es, _, _ := read(); return len(es) == 0 })
+	must.Eventually(t, ctx, 50*time.Millisecond, "the held configuration applied", func() bool {
 		body, err := framework.ScrapeGuarded(ctx, ctl.c, ctl.metricsPort)
 		return err == nil && strings.Contains(body, `stickydrain_controller_config_changes_total{result="applied"} 1`)
 	})
@@ -362,10 +362,10 @@ resync: 2s
 	must.OK(t, k.Get(ctx, client.ObjectKey{Name: "shop"}, &ns))
 	ns.Labels = map[string]string{"tenant": "none"}
 	must.OK(t, k.Update(ctx, &ns))
-	eventually(t, ctx, "plus/shop emptied after shop lost its label", func() bool { _, _, ps := read(); return len(ps) == 0 })
+	must.Eventually(t, ctx, 50*time.Millisecond, "plus/shop emptied after shop lost its label", func() bool { _, _, ps := read(); return len(ps) == 0 })
 	// The pinned upstream is the operator's word: it stays.
 	service("shop", "checkout", "edge/checkout", map[string]string{"app": "web"})
-	eventually(t, ctx, "shop's pods on edge/checkout, pinned, after the withdrawal", func() bool { _, ec, _ := read(); return holds(ec, shopA, shopB) })
+	must.Eventually(t, ctx, 50*time.Millisecond, "shop's pods on edge/checkout, pinned, after the withdrawal", func() bool { _, ec, _ := read(); return holds(ec, shopA, shopB) })
 	if es, _, _ := read(); len(es) != 0 {
 		t.Errorf("edge/shop holds %v after shop's withdrawal", es)
 	}

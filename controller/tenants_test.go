@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -49,7 +50,7 @@ func (n tenants) pod(ns, name, app string) netip.Addr {
 		}}},
 	}))
 	var ip netip.Addr
-	eventually(n.t, n.ctx, "pod "+ns+"/"+name+" running with an address", func() bool {
+	must.Eventually(n.t, n.ctx, 50*time.Millisecond, "pod "+ns+"/"+name+" running with an address", func() bool {
 		var p corev1.Pod
 		if n.k.Get(n.ctx, client.ObjectKey{Namespace: ns, Name: name}, &p) != nil || p.Status.PodIP == "" {
 			return false

@@ -24,7 +24,7 @@ func TestTheCeilingOnMaxWaitThroughTheAPIServer(t *testing.T) {
 	must.OK(t, c.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{api.OptInLabel: api.LabelEnabled}}}))
 	const want = "stickydrain: annotation stickydrain.io/max-wait (12h0m0s) is above the operator's ceiling (30m0s, the webhook's --max-wait-ceiling): each pod drains for 30m0s at most"
 	long := sessionDeployment("shop", "long", map[string]string{api.AnnotationURL: "http://localhost:8080/sessions", api.AnnotationMaxWait: "12h"})
-	poll(t, ctx, "the validating webhook's warning at apply", func() bool {
+	must.Eventually(t, ctx, 200*time.Millisecond, "the validating webhook's warning at apply", func() bool {
 		_ = seen.take()
 		_, err := cs.AppsV1().Deployments("shop").Create(ctx, long, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err == nil && len(seen.take()) > 0

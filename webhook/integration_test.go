@@ -20,7 +20,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -162,7 +161,7 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 
 	// The apiserver takes a moment to see new webhook configurations: wait
 	// until a dry-run pod comes back mutated.
-	poll(t, ctx, "the webhook configuration in effect", func() bool {
+	must.Eventually(t, ctx, 200*time.Millisecond, "the webhook configuration in effect", func() bool {
 		// A bare pod: only its own label opts it in.
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: "shop", Labels: map[string]string{api.OptInLabel: api.LabelEnabled}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "sessionapp"}}}}
@@ -211,7 +210,7 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 	// a mistake is refused at apply; any other is never sent to it.
 	optedInPlain := sessionDeployment("plain", "opted", map[string]string{api.AnnotationMaxWait: "12"})
 	optedInPlain.Spec.Template = optedIn(optedInPlain.Spec.Template)
-	poll(t, ctx, "a template-opted-in Deployment with a mistake refused outside opted-in namespaces", func() bool {
+	must.Eventually(t, ctx, 200*time.Millisecond, "a template-opted-in Deployment with a mistake refused outside opted-in namespaces", func() bool {
 		err := k.Create(ctx, optedInPlain.DeepCopy(), client.DryRunAll)
 		return err != nil && strings.Contains(err.Error(), `annotation stickydrain.io/max-wait: "12" is not a duration`)
 	})
@@ -227,7 +226,7 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 		api.AnnotationMinWait: "1s", api.AnnotationMaxWait: "60s",
 	})))
 	var pod corev1.Pod
-	poll(t, ctx, "the Deployment's pod running and ready", func() bool {
+	must.Eventually(t, ctx, 200*time.Millisecond, "the Deployment's pod running and ready", func() bool {
 		var pods corev1.PodList
 		if err := k.List(ctx, &pods, client.InNamespace("shop"), client.MatchingLabels{"app": "web"}); err != nil || len(pods.Items) != 1 {
 			return false
@@ -291,7 +290,7 @@ func TestWebhookInjectsTheDrainThroughTheAPIServer(t *testing.T) {
 	must.OK(t, rotated.WriteDir(certDir))
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(rotated.CACert)
-	poll(t, ctx, "the rotated certificate served", func() bool {
+	must.Eventually(t, ctx, 200*time.Millisecond, "the rotated certificate served", func() bool {
 		conn, err := tls.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{RootCAs: pool})
 		if err != nil {
 			return false
@@ -344,11 +343,4 @@ func post(t *testing.T, c *http.Client, url string) sessionapp.Reply {
 		t.Fatalf("POST %s: %d %s", url, resp.StatusCode, body)
 	}
 	return r
-}
-
-func poll(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	if err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
 }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,7 +32,7 @@ func TestPodOptInByLabelLimitedThroughTheAPIServer(t *testing.T) {
 		h := p.Spec.Containers[0].Lifecycle
 		return h != nil && h.PreStop != nil && h.PreStop.Exec != nil && strings.Contains(strings.Join(h.PreStop.Exec.Command, " "), "drainctl wait")
 	}
-	poll(t, ctx, "the webhook answering for shop", func() bool {
+	must.Eventually(t, ctx, 200*time.Millisecond, "the webhook answering for shop", func() bool {
 		got, err := cs.CoreV1().Pods("shop").Create(ctx, pod("shop"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err == nil && hooked(got)
 	})

@@ -93,7 +93,7 @@ func TestWebhookScopeWarningsAndDryRun(t *testing.T) {
 		`stickydrain: spec.shareProcessNamespace=true makes PID 1 the pause process; drainctl logs to the stdout of container "app"'s oldest process instead (kubectl logs -c app)`,
 		`stickydrain: the drain hooks container "app", which declares no ports; if another container serves the sessions, name it with annotation stickydrain.io/container`,
 	}
-	poll(t, ctx, "the validating webhook's warnings at apply", func() bool {
+	must.Eventually(t, ctx, 200*time.Millisecond, "the validating webhook's warnings at apply", func() bool {
 		_ = seen.take()
 		_, err := cs.AppsV1().Deployments("shop").Create(ctx, careless("careless"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err == nil && len(seen.take()) > 0
@@ -170,7 +170,7 @@ func TestWebhookScopeWarningsAndDryRun(t *testing.T) {
 	// gets an Event saying what the drain would have been.
 	must.OK(t, k.Create(ctx, sessionDeployment("look", "web", map[string]string{api.AnnotationURL: "http://localhost:8080/sessions", api.AnnotationMaxWait: "20m"})))
 	var looked corev1.Pod
-	poll(t, ctx, "the dry-run Deployment's pod", func() bool {
+	must.Eventually(t, ctx, 200*time.Millisecond, "the dry-run Deployment's pod", func() bool {
 		var pods corev1.PodList
 		if k.List(ctx, &pods, client.InNamespace("look")) != nil || len(pods.Items) != 1 {
 			return false
@@ -188,7 +188,7 @@ func TestWebhookScopeWarningsAndDryRun(t *testing.T) {
 			t.Errorf("annotation %s lacks %q: %q", api.AnnotationDryRun, s, summary)
 		}
 	}
-	poll(t, ctx, "the DrainDryRun Event on the pod", func() bool {
+	must.Eventually(t, ctx, 200*time.Millisecond, "the DrainDryRun Event on the pod", func() bool {
 		var evs eventsv1.EventList
 		if k.List(ctx, &evs, client.InNamespace("look")) != nil {
 			return false

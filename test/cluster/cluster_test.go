@@ -69,11 +69,9 @@ func TestEndpointSliceFollowsPodLifecycle(t *testing.T) {
 
 	// The real Deployment and ReplicaSet controllers create the pods.
 	var pods corev1.PodList
-	poll(t, ctx, "two pods created by the ReplicaSet controller", func() (bool, error) {
-		if err := k.List(ctx, &pods, client.InNamespace(ns.Name)); err != nil {
-			return false, err
-		}
-		return len(pods.Items) == 2, nil
+	must.Eventually(t, ctx, 100*time.Millisecond, "two pods created by the ReplicaSet controller", func() bool {
+		must.OK(t, k.List(ctx, &pods, client.InNamespace(ns.Name)))
+		return len(pods.Items) == 2
 	})
 	ips := map[string]string{} // pod name → IP
 	for i := range pods.Items {
@@ -106,9 +104,10 @@ func TestEndpointSliceFollowsPodLifecycle(t *testing.T) {
 
 	// The kubelet finishes the deletion: the Pod and its endpoint go.
 	must.OK(t, k.Delete(ctx, &got, client.GracePeriodSeconds(0)))
-	poll(t, ctx, "the pod object gone", func() (bool, error) {
+	must.Eventually(t, ctx, 100*time.Millisecond, "the pod object gone", func() bool {
 		err := k.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: victim}, &got)
-		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+		must.OK(t, client.IgnoreNotFound(err))
+		return apierrors.IsNotFound(err)
 	})
 	delete(want, ips[victim])
 	waitEndpoints(t, ctx, c, ns.Name, "web", "the deleted pod's endpoint gone", want)
@@ -172,14 +171,6 @@ func waitEndpoints(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, sv
 	}
 }
 
-func poll(t *testing.T, ctx context.Context, what string, cond func() (bool, error)) {
-	t.Helper()
-	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
-		return cond()
-	}); err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
-}
 
 func TestStopLeavesNothing(t *testing.T) {
 	cluster.SkipIfShort(t)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
+	"github.com/stickydrain/stickydrain/test/must"
 )
 
 // TestRollingUpdateKeepsEverySession is the scenario of `make demo`,
@@ -37,7 +38,7 @@ func rollingUpdate(t *testing.T, opts Options) {
 	if err := env.Deploy(ctx, replicas, idle); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "3 ready v1 pods active on both HAProxy", func() bool { return env.Serving(ctx, "v1", replicas) })
+	must.Eventually(t, ctx, 300*time.Millisecond, "3 ready v1 pods active on both HAProxy", func() bool { return env.Serving(ctx, "v1", replicas) })
 	if env.Node != nil {
 		drainctlCameFromItsImage(ctx, t, env)
 	}
@@ -48,7 +49,7 @@ func rollingUpdate(t *testing.T, opts Options) {
 	if err := env.Rollout(ctx, "v2"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
+	must.Eventually(t, ctx, 300*time.Millisecond, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
 	clients.StopNewSessions()
 	settle(ctx, obs, false)
 
@@ -181,17 +182,6 @@ func settle(ctx context.Context, obs *Observer, plus bool) {
 	time.Sleep(300 * time.Millisecond) // a last sample
 }
 
-func waitUntil(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(300 * time.Millisecond):
-		}
-	}
-}
-
 // TestEvictionAndScaleDownKeepEverySession: the same promises when a pod
 // goes through the Eviction API (as kubectl drain evicts) and when the
 // Deployment scales down.
@@ -229,11 +219,11 @@ func disruptOne(t *testing.T, opts Options, disrupt func(ctx context.Context, en
 	if err := env.Deploy(ctx, 3, idle); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "3 ready pods active on both HAProxy", func() bool { return env.Serving(ctx, "v1", 3) })
+	must.Eventually(t, ctx, 300*time.Millisecond, "3 ready pods active on both HAProxy", func() bool { return env.Serving(ctx, "v1", 3) })
 	obs := env.Observe(ctx, 100*time.Millisecond)
 	clients := env.StartClients(ctx, 9, idle, obs)
 	var victim string
-	waitUntil(t, ctx, "a pod holding sessions", func() bool {
+	must.Eventually(t, ctx, 300*time.Millisecond, "a pod holding sessions", func() bool {
 		for _, p := range env.Pods(ctx) {
 			if p.Sessions > 0 {
 				victim = p.Name
@@ -245,7 +235,7 @@ func disruptOne(t *testing.T, opts Options, disrupt func(ctx context.Context, en
 	if err := disrupt(ctx, env, victim); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "the disrupted pod gone", func() bool {
+	must.Eventually(t, ctx, 300*time.Millisecond, "the disrupted pod gone", func() bool {
 		for _, r := range obs.Records() {
 			if !r.Gone.IsZero() && !r.RemovedFromLB.IsZero() {
 				return true
@@ -289,7 +279,7 @@ func TestRolloutAlsoDrainsOnNGINXPlus(t *testing.T) {
 	if err := env.Deploy(ctx, replicas, idle); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "2 pods up on both emulators", func() bool {
+	must.Eventually(t, ctx, 300*time.Millisecond, "2 pods up on both emulators", func() bool {
 		if !env.RolloutDone(ctx, "v1", replicas) {
 			return false
 		}
@@ -313,7 +303,7 @@ func TestRolloutAlsoDrainsOnNGINXPlus(t *testing.T) {
 	// Mid-drain, an emulator restarts; with its state file (as the sample
 	// nginx.conf requires) it keeps every server and drain: the observer
 	// would see a server dropped early otherwise.
-	waitUntil(t, ctx, "an old pod draining on both emulators", func() bool {
+	must.Eventually(t, ctx, 300*time.Millisecond, "an old pod draining on both emulators", func() bool {
 		for _, r := range obs.Records() {
 			if !r.PlusDrained.IsZero() && r.Gone.IsZero() {
 				return true
@@ -323,7 +313,7 @@ func TestRolloutAlsoDrainsOnNGINXPlus(t *testing.T) {
 	})
 	env.NGINXPlus[1].Restart()
 	t.Log("NGINX Plus API emulator 2 restarted mid-drain (with its state file)")
-	waitUntil(t, ctx, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
+	must.Eventually(t, ctx, 300*time.Millisecond, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
 	clients.StopNewSessions()
 	settle(ctx, obs, true)
 	if s := clients.Stats(); s.Misrouted != 0 || s.Errors != 0 || s.SessionsKept != s.Sessions {

@@ -27,6 +27,7 @@ import (
 	"github.com/stickydrain/stickydrain/test/node"
 	"github.com/stickydrain/stickydrain/test/podhost"
 	"github.com/stickydrain/stickydrain/test/proc"
+	"github.com/stickydrain/stickydrain/test/registry"
 	"github.com/stickydrain/stickydrain/test/tcpfront"
 	"github.com/stickydrain/stickydrain/test/testbin"
 )
@@ -87,8 +88,11 @@ type Env struct {
 	// real node.
 	appImage, drainctlImage string
 	// tomcat: the app is Tomcat (Options.Tomcat).
-	tomcat           bool
-	installed        bool     // Options.Install
+	tomcat    bool
+	installed bool // Options.Install
+	// installRefs are the stickydrain and drainctl images as pushed to the
+	// registry (Options.Install), host/stickydrain/NAME:TAG@sha256:….
+	installRefs      map[string]string
 	drainctlDelivery string   // Options.DrainctlDelivery
 	probesOnly       bool     // Options.FrontProbesOnly
 	alsoAllowed      []string // Options.AlsoAllowed
@@ -236,12 +240,33 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 		return env, err
 	}
 	if opts.Node {
+		// Installed, stickydrain's two images come from a registry, as
+		// from a user's mirror: pushed there by digest, pulled by
+		// containerd; the others are imported.
+		var registries []string
+		if opts.Install {
+			logf("pushing the stickydrain and drainctl images to a Distribution registry …")
+			reg, err := registry.Start(ctx, filepath.Join(dir, "registry"))
+			if err != nil {
+				return env, err
+			}
+			env.cleanup = append(env.cleanup, reg.Stop)
+			if env.installRefs, err = reg.Push(ctx, filepath.Dir(imgs["stickydrain"].Tarball), "stickydrain", "drainctl"); err != nil {
+				return env, err
+			}
+			registries = []string{reg.Host}
+			// kustomize's images: with a digest name the image by it.
+			d := env.installRefs["drainctl"]
+			env.drainctlImage = d[:strings.LastIndex(d[:strings.Index(d, "@")], ":")] + d[strings.Index(d, "@"):]
+		}
 		logf("starting the node (containerd, runc, kubelet; pods on a bridge in %s) …", node.PodCIDR)
 		var tars []string
-		for _, i := range imgs {
-			tars = append(tars, i.Tarball)
+		for name, i := range imgs {
+			if env.installRefs[name] == "" {
+				tars = append(tars, i.Tarball)
+			}
 		}
-		env.Node, err = node.Start(ctx, node.Options{Cluster: env.Cluster, Log: logf, SandboxImage: imgs["pause"].Ref, Images: tars})
+		env.Node, err = node.Start(ctx, node.Options{Cluster: env.Cluster, Log: logf, SandboxImage: imgs["pause"].Ref, Images: tars, Registries: registries})
 		if err != nil {
 			return env, err
 		}
@@ -301,8 +326,8 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 		if err := install.CertManager(ctx, env.Cluster, imgs["cert-manager"].Ref); err != nil {
 			return env, err
 		}
-		logf("installing stickydrain (manifests/default, the images built here, the operator's configuration) …")
-		if err := install.Stickydrain(ctx, env.Cluster, imgs, env.controllerConfig()); err != nil {
+		logf("installing stickydrain (manifests/default, the images from the registry, the operator's configuration) …")
+		if err := install.Stickydrain(ctx, env.Cluster, env.installRefs, env.controllerConfig()); err != nil {
 			return env, err
 		}
 		return env, nil

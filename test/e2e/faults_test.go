@@ -7,6 +7,7 @@ import (
 
 	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
+	"github.com/stickydrain/stickydrain/test/must"
 )
 
 // TestRolloutSurvivesHAProxyReloadsAndACrash: a rolling update with users
@@ -74,7 +75,7 @@ func reloadsAndACrash(t *testing.T, opts Options) {
 	if !sawEmptyUnready {
 		t.Logf("the restarted instance was filled before the first sample; the gate was not observed closed this run")
 	}
-	waitUntil(t, ctx, "the restarted instance back in rotation", func() bool { return env.InstanceReady(1) })
+	must.Eventually(t, ctx, 300*time.Millisecond, "the restarted instance back in rotation", func() bool { return env.InstanceReady(1) })
 	if opts.FrontProbesOnly {
 		// The front may never have seen it down: what it sent meanwhile
 		// went to the new process, held by its gate until filled.
@@ -202,7 +203,7 @@ func deployServing(t *testing.T, ctx context.Context, env *Env) {
 	if err := env.Deploy(ctx, scenarioReplicas, scenarioIdle); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "3 ready v1 pods active on every load balancer, all in rotation", func() bool { return env.Serving(ctx, "v1", scenarioReplicas) })
+	must.Eventually(t, ctx, 300*time.Millisecond, "3 ready v1 pods active on every load balancer, all in rotation", func() bool { return env.Serving(ctx, "v1", scenarioReplicas) })
 }
 
 // usersAndRollout starts the users, then after 5 s the rollout to v2,
@@ -216,13 +217,13 @@ func usersAndRollout(t *testing.T, ctx context.Context, env *Env) (*Clients, *Ob
 	if err := env.Rollout(ctx, "v2"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "an old pod draining", obs.AnyDraining)
+	must.Eventually(t, ctx, 300*time.Millisecond, "an old pod draining", obs.AnyDraining)
 	return clients, obs
 }
 
 func finishRollout(t *testing.T, ctx context.Context, env *Env, clients *Clients, obs *Observer) {
 	t.Helper()
-	waitUntil(t, ctx, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", 3) })
+	must.Eventually(t, ctx, 300*time.Millisecond, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", 3) })
 	clients.StopNewSessions()
 	settle(ctx, obs, len(env.NGINXPlus) > 0)
 }
@@ -283,7 +284,7 @@ func partitionAndScaling(t *testing.T, opts Options) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	waitUntil(t, ctx, "the added instance in rotation", func() bool { return env.InstanceReady(added) })
+	must.Eventually(t, ctx, 300*time.Millisecond, "the added instance in rotation", func() bool { return env.InstanceReady(added) })
 	t.Logf("added instance in rotation %v after it started (the controller reads its configuration every 5 s)", time.Since(since).Round(time.Millisecond))
 	fencedAt := <-fenced
 	t.Logf("the partitioned instance left rotation %v after the cut", fencedAt.Sub(cut).Round(10*time.Millisecond))
@@ -293,7 +294,7 @@ func partitionAndScaling(t *testing.T, opts Options) {
 	if err := <-partitioned; err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "the partitioned instance in step again", func() bool { return env.filled(ctx, 0, 1) && env.filled(ctx, 1, 0) })
+	must.Eventually(t, ctx, 300*time.Millisecond, "the partitioned instance in step again", func() bool { return env.filled(ctx, 0, 1) && env.filled(ctx, 1, 0) })
 	t.Log("the partitioned instance converged after it returned")
 	if err := env.RemoveHAProxy(0); err != nil {
 		t.Fatal(err)
@@ -308,7 +309,7 @@ func partitionAndScaling(t *testing.T, opts Options) {
 // the next ones.
 func TestRolloutSurvivesALeaderCrash(t *testing.T) {
 	ctx, env := startEnv(t, Options{ControllerReplicas: 2})
-	waitUntil(t, ctx, "a leader", func() bool { return env.Leader() >= 0 })
+	must.Eventually(t, ctx, 300*time.Millisecond, "a leader", func() bool { return env.Leader() >= 0 })
 	clients, obs := startRollout(t, ctx, env)
 	leader := env.LeaderProc()
 	killed := time.Now()
@@ -317,7 +318,7 @@ func TestRolloutSurvivesALeaderCrash(t *testing.T) {
 	before := len(obs.Records())
 	// The standby, or the killed replica's restart (the supervisor starts
 	// it again, as the kubelet would): whichever takes the expired Lease.
-	waitUntil(t, ctx, "another process leading", func() bool { c := env.LeaderProc(); return c != nil && c != leader })
+	must.Eventually(t, ctx, 300*time.Millisecond, "another process leading", func() bool { c := env.LeaderProc(); return c != nil && c != leader })
 	t.Logf("another replica took over %v after the leader's SIGKILL (lease 15 s)", time.Since(killed).Round(100*time.Millisecond))
 	finishRollout(t, ctx, env, clients, obs)
 	if after := len(obs.Records()); after <= before {
@@ -339,7 +340,7 @@ func TestRolloutSurvivesALeaderCrash(t *testing.T) {
 func TestEveryControllerDownKeepsTheLoadBalancersServing(t *testing.T) {
 	fl := haproxytest.Flavour{Version: haproxytest.Versions(t)[0]}
 	ctx, env := startEnv(t, Options{HAProxy: fl, ControllerReplicas: 2, Readiness: haproxytest.ReadyFilled})
-	waitUntil(t, ctx, "a leader", func() bool { return env.Leader() >= 0 })
+	must.Eventually(t, ctx, 300*time.Millisecond, "a leader", func() bool { return env.Leader() >= 0 })
 	clients, obs := startRollout(t, ctx, env)
 	const outage = 10 * time.Second
 	down := time.Now()

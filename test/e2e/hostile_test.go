@@ -143,10 +143,10 @@ func TestAHostileTenantCannotStopARollout(t *testing.T) {
 		}
 		return false
 	}
-	waitUntil(t, ctx, "UpstreamCannotHold on evil/missing", func() bool { return event("missing", api.ReasonCannotHold, "nosuch") })
-	waitUntil(t, ctx, "UpstreamCannotHold on evil/repeat", func() bool { return event("repeat", api.ReasonCannotHold, "nosuch2") })
-	waitUntil(t, ctx, "BadUpstreamMapping on evil/many", func() bool { return event("many", api.ReasonBadMapping, "more than 32 distinct upstreams") })
-	waitUntil(t, ctx, "EndpointNotAllowed on evil/ghost", func() bool { return event("ghost", api.ReasonEndpointNotAllowed, "does not exist") })
+	must.Eventually(t, ctx, 300*time.Millisecond, "UpstreamCannotHold on evil/missing", func() bool { return event("missing", api.ReasonCannotHold, "nosuch") })
+	must.Eventually(t, ctx, 300*time.Millisecond, "UpstreamCannotHold on evil/repeat", func() bool { return event("repeat", api.ReasonCannotHold, "nosuch2") })
+	must.Eventually(t, ctx, 300*time.Millisecond, "BadUpstreamMapping on evil/many", func() bool { return event("many", api.ReasonBadMapping, "more than 32 distinct upstreams") })
+	must.Eventually(t, ctx, 300*time.Millisecond, "EndpointNotAllowed on evil/ghost", func() bool { return event("ghost", api.ReasonEndpointNotAllowed, "does not exist") })
 
 	// An instance crashes while the hostile Services cannot converge: it
 	// is filled and back in rotation all the same.
@@ -154,7 +154,7 @@ func TestAHostileTenantCannotStopARollout(t *testing.T) {
 	if err := env.RestartHAProxy(1); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "the restarted instance filled and back in rotation", func() bool { return env.InstanceReady(1) })
+	must.Eventually(t, ctx, 300*time.Millisecond, "the restarted instance filled and back in rotation", func() bool { return env.InstanceReady(1) })
 	t.Logf("the restarted instance was filled and back in rotation %v after the crash, beside four Services that cannot converge", time.Since(killed).Round(time.Millisecond))
 
 	finishRollout(t, ctx, env, clients, obs)

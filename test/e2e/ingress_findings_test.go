@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stickydrain/stickydrain/controller/plan"
+	"github.com/stickydrain/stickydrain/test/must"
 )
 
 // ingressFindings are what each ingress does in the cases that decide
@@ -64,7 +65,7 @@ func findIngressFacts(t *testing.T, kind Ingress) ingressFindings {
 	if err := env.Deploy(ctx, 3, 5*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "3 ready pods active on the ingress", func() bool { return env.Serving(ctx, "v1", 3) })
+	must.Eventually(t, ctx, 300*time.Millisecond, "3 ready pods active on the ingress", func() bool { return env.Serving(ctx, "v1", 3) })
 	pods := env.Pods(ctx)
 	a, b := pods[0], pods[1]
 	base := env.Front.URL()
@@ -76,13 +77,13 @@ func findIngressFacts(t *testing.T, kind Ingress) ingressFindings {
 		t.Fatal(err)
 	}
 	userA := loginOn(t, ctx, base, a.Name)
-	waitUntil(t, ctx, "the second replica routing", func() bool { _, code := whoAnswers(userA, r2.URL()); return code == 200 })
+	must.Eventually(t, ctx, 300*time.Millisecond, "the second replica routing", func() bool { _, code := whoAnswers(userA, r2.URL()); return code == 200 })
 	f.CookieAcrossReplicas = answersAll(userA, r2.URL(), a.Name)
 
 	// A pod whose readiness fails, not terminating.
 	userB := loginOn(t, ctx, base, b.Name)
 	setReady(t, b.IP, false)
-	waitUntil(t, ctx, b.Name+" not ready in its EndpointSlice", func() bool { return endpointIs(ctx, env, b.IP, "ready", false) })
+	must.Eventually(t, ctx, 300*time.Millisecond, b.Name+" not ready in its EndpointSlice", func() bool { return endpointIs(ctx, env, b.IP, "ready", false) })
 	time.Sleep(2 * time.Second) // the proxy's reaction
 	f.KeepsUnreadyServing = answersAll(userB, base, b.Name)
 	setReady(t, b.IP, true)
@@ -93,7 +94,7 @@ func findIngressFacts(t *testing.T, kind Ingress) ingressFindings {
 		t.Fatal(err)
 	}
 	ap := netip.MustParseAddrPort(a.IP + ":8080")
-	waitUntil(t, ctx, a.Name+" draining on the ingress", func() bool {
+	must.Eventually(t, ctx, 300*time.Millisecond, a.Name+" draining on the ingress", func() bool {
 		v, err := env.ingressView(ctx)
 		return err == nil && v[ap] == plan.Draining
 	})
@@ -101,7 +102,7 @@ func findIngressFacts(t *testing.T, kind Ingress) ingressFindings {
 		t.Fatalf("%s: a draining pod's cookie holder went elsewhere before any readiness failure", kind)
 	}
 	setReady(t, a.IP, false)
-	waitUntil(t, ctx, a.Name+" not serving in its EndpointSlice", func() bool { return endpointIs(ctx, env, a.IP, "serving", false) })
+	must.Eventually(t, ctx, 300*time.Millisecond, a.Name+" not serving in its EndpointSlice", func() bool { return endpointIs(ctx, env, a.IP, "serving", false) })
 	time.Sleep(2 * time.Second)
 	f.KeepsUnreadyTerminating = answersAll(userA, base, a.Name)
 	return f

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/stickydrain/stickydrain/api"
+	"github.com/stickydrain/stickydrain/test/must"
 )
 
 // TestIngressKeepsEverySession is the webhook-only install behind the
@@ -74,13 +75,13 @@ func ingressScenario(t *testing.T, kind Ingress) {
 	if err := env.Rollout(ctx, "v2"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "the ReplicaSet's pod refused while the webhook is down", func() bool { return env.refusedCreates(ctx) > 0 })
+	must.Eventually(t, ctx, 300*time.Millisecond, "the ReplicaSet's pod refused while the webhook is down", func() bool { return env.refusedCreates(ctx) > 0 })
 	time.Sleep(2 * time.Second)
 	if err := env.RestartWebhook(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%s webhook back after %d refused pod creations", stamp(), env.refusedCreates(ctx))
-	waitUntil(t, ctx, "an old pod draining", obs.AnyDraining)
+	must.Eventually(t, ctx, 300*time.Millisecond, "an old pod draining", obs.AnyDraining)
 	// An ingress replica crashing during a drain, then a reload of every
 	// replica.
 	t.Logf("%s killing an ingress replica", stamp())
@@ -91,7 +92,7 @@ func ingressScenario(t *testing.T, kind Ingress) {
 	if err := env.ReloadIngress(ctx, "other"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
+	must.Eventually(t, ctx, 300*time.Millisecond, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
 	settleIngress(ctx, obs, replicas)
 	if u := env.uninjected(ctx, "v2"); len(u) > 0 {
 		t.Errorf("pods created after the webhook's outage without the drain: %v", u)
@@ -100,7 +101,7 @@ func ingressScenario(t *testing.T, kind Ingress) {
 	// An eviction of a pod holding sessions, the control plane restarted
 	// while it drains.
 	victim := ""
-	waitUntil(t, ctx, "a v2 pod holding sessions", func() bool {
+	must.Eventually(t, ctx, 300*time.Millisecond, "a v2 pod holding sessions", func() bool {
 		for _, p := range env.Pods(ctx) {
 			if p.Sessions > 0 && !p.Terminating {
 				victim = p.Name
@@ -114,7 +115,7 @@ func ingressScenario(t *testing.T, kind Ingress) {
 		ObjectMeta: metav1.ObjectMeta{Name: victim, Namespace: Namespace}}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "the evicted pod fenced on every replica", func() bool {
+	must.Eventually(t, ctx, 300*time.Millisecond, "the evicted pod fenced on every replica", func() bool {
 		for _, r := range obs.Records() {
 			if r.Pod == victim && !r.Drained.IsZero() {
 				return true
@@ -127,7 +128,7 @@ func ingressScenario(t *testing.T, kind Ingress) {
 		t.Fatal(err)
 	}
 	t.Logf("%s kube-apiserver ready again", stamp())
-	waitUntil(t, ctx, "the evicted pod replaced", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
+	must.Eventually(t, ctx, 300*time.Millisecond, "the evicted pod replaced", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
 	settleIngress(ctx, obs, replicas+1)
 
 	// A scale-down by one, the first replica cut off the API server.
@@ -147,7 +148,7 @@ func ingressScenario(t *testing.T, kind Ingress) {
 	time.Sleep(ingressPartition)
 	heal()
 	healed := time.Now()
-	waitUntil(t, ctx, "the scale-down", func() bool { return env.RolloutDone(ctx, "v2", replicas-1) })
+	must.Eventually(t, ctx, 300*time.Millisecond, "the scale-down", func() bool { return env.RolloutDone(ctx, "v2", replicas-1) })
 	settleIngress(ctx, obs, replicas+2)
 	clients.StopNewSessions()
 

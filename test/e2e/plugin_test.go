@@ -23,6 +23,7 @@ import (
 
 	"github.com/stickydrain/stickydrain/internal/golden"
 	"github.com/stickydrain/stickydrain/plugin"
+	"github.com/stickydrain/stickydrain/test/must"
 )
 
 // pluginOnARealDrain runs `kubectl stickydrain` as an operator does, on a
@@ -55,7 +56,7 @@ func pluginOnARealDrain(t *testing.T, opts Options) {
 	if err := env.Deploy(ctx, 2, 10*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "2 ready v1 pods active on both HAProxy", func() bool { return env.Serving(ctx, "v1", 2) })
+	must.Eventually(t, ctx, 300*time.Millisecond, "2 ready v1 pods active on both HAProxy", func() bool { return env.Serving(ctx, "v1", 2) })
 
 	out, code := kubectl("check", "deploy/web", "-n", Namespace)
 	t.Logf("kubectl stickydrain check deploy/web:\n%s", out)
@@ -93,7 +94,7 @@ func pluginOnARealDrain(t *testing.T, opts Options) {
 			t.Logf("the last status: %s", b)
 		}
 	}()
-	waitUntil(t, ctx, "the rollout done but for "+victim+", draining its one session on both HAProxy instances, as status says", func() bool {
+	must.Eventually(t, ctx, 300*time.Millisecond, "the rollout done but for "+victim+", draining its one session on both HAProxy instances, as status says", func() bool {
 		ps := status()
 		last = ps
 		return len(ps) == 1 && ps[0].Pod == victim && ps[0].Sessions != nil && *ps[0].Sessions == 1 && ps[0].Verdict == "draining" &&
@@ -117,7 +118,7 @@ func pluginOnARealDrain(t *testing.T, opts Options) {
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "status -w refreshed twice", func() bool { return strings.Count(watched(), "\n\n") >= 2 })
+	must.Eventually(t, ctx, 300*time.Millisecond, "status -w refreshed twice", func() bool { return strings.Count(watched(), "\n\n") >= 2 })
 	if err := w.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func pluginOnARealDrain(t *testing.T, opts Options) {
 	if out, code := kubectl("shorten", victim, "--max-wait", "4m", "-n", Namespace); code != 0 {
 		t.Fatalf("shorten: exit %d: %s", code, out)
 	}
-	waitUntil(t, ctx, "drainctl running with the shortened max-wait", func() bool {
+	must.Eventually(t, ctx, 300*time.Millisecond, "drainctl running with the shortened max-wait", func() bool {
 		ps := status()
 		last = ps
 		return len(ps) == 1 && ps[0].MaxWait == "4m0s"
@@ -155,7 +156,7 @@ func pluginOnARealDrain(t *testing.T, opts Options) {
 	if !hook.Failed || !strings.Contains(hook.Output, "released after") {
 		t.Errorf("%s's preStop: failed %v, output %q; want drainctl's exit 5 and its 'released after' summary", victim, hook.Failed, hook.Output)
 	}
-	waitUntil(t, ctx, victim+" gone", func() bool {
+	must.Eventually(t, ctx, 300*time.Millisecond, victim+" gone", func() bool {
 		var p corev1.Pod
 		return apierrors.IsNotFound(env.Cluster.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: victim}, &p))
 	})
@@ -188,7 +189,7 @@ func pluginOnARealDrain(t *testing.T, opts Options) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "the legacy pod running and the controller's refusal of its Service", func() bool {
+	must.Eventually(t, ctx, 300*time.Millisecond, "the legacy pod running and the controller's refusal of its Service", func() bool {
 		out, _ := kubectl("check", "ns/"+legacy)
 		return strings.Contains(out, "1 of 1 running pods carry no drain") && strings.Contains(out, "UpstreamNotAllowed")
 	})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
+	"github.com/stickydrain/stickydrain/test/must"
 )
 
 // TestSoak is the chaos soak (`make soak`; `make test` runs a short
@@ -323,7 +324,7 @@ func soakOne(t *testing.T, target soakTarget, d time.Duration, rng *rand.Rand) s
 	for _, err := range asyncErrs {
 		t.Errorf("a fault: %v", err)
 	}
-	waitUntil(t, ctx, "the last rollout", func() bool {
+	must.Eventually(t, ctx, 300*time.Millisecond, "the last rollout", func() bool {
 		return env.RolloutDone(ctx, fmt.Sprintf("v%d", version), scenarioReplicas)
 	})
 	clients.StopNewSessions()

@@ -50,7 +50,7 @@ func TestUninstallInOrderLosesNoRequest(t *testing.T) {
 	if err := env.Deploy(ctx, replicas, idle); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, ctx, "3 ready v1 pods active on both HAProxy", func() bool { return env.Serving(ctx, "v1", replicas) })
+	must.Eventually(t, ctx, 300*time.Millisecond, "3 ready v1 pods active on both HAProxy", func() bool { return env.Serving(ctx, "v1", replicas) })
 	obs := env.Observe(ctx, 100*time.Millisecond)
 	clients := env.StartClients(ctx, users, idle, obs)
 	time.Sleep(4 * time.Second)
@@ -63,7 +63,7 @@ func TestUninstallInOrderLosesNoRequest(t *testing.T) {
 	t.Log("step 1: the Namespace no longer opts in; rolling to v2")
 	clients.RolloutStarted()
 	must.OK(t, env.Rollout(ctx, "v2"))
-	waitUntil(t, ctx, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
+	must.Eventually(t, ctx, 300*time.Millisecond, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
 	settle(ctx, obs, false)
 	for _, d := range obs.Records() {
 		if d.Drained.IsZero() || d.ServerDroppedEarly {
@@ -125,7 +125,7 @@ func TestUninstallInOrderLosesNoRequest(t *testing.T) {
 	must.OK(t, k.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: "web"}, &svc))
 	delete(svc.Annotations, api.AnnotationUpstreams)
 	must.OK(t, k.Update(ctx, &svc))
-	waitUntil(t, ctx, "the controller's servers out of both instances", func() bool {
+	must.Eventually(t, ctx, 300*time.Millisecond, "the controller's servers out of both instances", func() bool {
 		for _, v := range env.views(ctx, false) {
 			if len(v.states) != 0 {
 				return false
@@ -145,7 +145,7 @@ func TestUninstallInOrderLosesNoRequest(t *testing.T) {
 	must.OK(t, k.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: "web"}, &d))
 	d.Spec.Replicas = ptr.To[int32](replicas + 1)
 	must.OK(t, k.Update(ctx, &d))
-	waitUntil(t, ctx, "a fourth pod ready", func() bool {
+	must.Eventually(t, ctx, 300*time.Millisecond, "a fourth pod ready", func() bool {
 		return k.Get(ctx, types.NamespacedName{Namespace: Namespace, Name: "web"}, &d) == nil && d.Status.ReadyReplicas == replicas+1
 	})
 

@@ -108,13 +108,25 @@ func CertManager(ctx context.Context, c *cluster.Cluster, image string) error {
 	return WaitAvailable(ctx, c, ns, "cert-manager")
 }
 
+// Refs are the references of images built here and imported into the
+// node, by tools/images name.
+func Refs(imgs map[string]node.Image) map[string]string {
+	out := map[string]string{}
+	for n, i := range imgs {
+		out[n] = i.Ref
+	}
+	return out
+}
+
 // Stickydrain applies manifests/default through an overlay that replaces
-// the stickydrain and drainctl images, as a user mirroring them writes
-// one: nothing else (the webhook reads the drainctl image from its own
-// init container). controllerConfig, when not empty, is the controller's
-// configuration (controller.yaml): the install ships none, the operator
-// creates the ConfigMap it mounts, here before the install.
-func Stickydrain(ctx context.Context, c *cluster.Cluster, imgs map[string]node.Image, controllerConfig string) error {
+// the stickydrain and drainctl images with refs["stickydrain"] and
+// refs["drainctl"] (repository:tag, or a mirror's repository:tag@digest),
+// as a user mirroring them writes one: nothing else (the webhook reads the
+// drainctl image from its own init container). controllerConfig, when not
+// empty, is the controller's configuration (controller.yaml): the install
+// ships none, the operator creates the ConfigMap it mounts, here before
+// the install.
+func Stickydrain(ctx context.Context, c *cluster.Cluster, refs map[string]string, controllerConfig string) error {
 	overlay, err := os.MkdirTemp("", "stickydrain-overlay-")
 	if err != nil {
 		return err
@@ -126,9 +138,19 @@ func Stickydrain(ctx context.Context, c *cluster.Cluster, imgs map[string]node.I
 	if err != nil {
 		return err
 	}
-	tag := strings.TrimPrefix(imgs["stickydrain"].Ref, node.ImageRepo+"/stickydrain:")
-	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%q]\nimages:\n  - {name: %s/stickydrain, newTag: %s}\n  - {name: %s/drainctl, newTag: %s}\n",
-		base, node.ImageRepo, tag, node.ImageRepo, strings.TrimPrefix(imgs["drainctl"].Ref, node.ImageRepo+"/drainctl:"))
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%q]\nimages:\n", base)
+	for _, n := range []string{"stickydrain", "drainctl"} {
+		ref, digest, _ := strings.Cut(refs[n], "@")
+		i := strings.LastIndex(ref, ":")
+		if i < 0 || strings.Contains(ref[i:], "/") {
+			return fmt.Errorf("image %s: %q has no tag", n, refs[n])
+		}
+		k += fmt.Sprintf("  - {name: %s/%s, newName: %s, newTag: %q", node.ImageRepo, n, ref[:i], ref[i+1:])
+		if digest != "" {
+			k += fmt.Sprintf(", digest: %s", digest)
+		}
+		k += "}\n"
+	}
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		return err
 	}

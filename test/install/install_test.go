@@ -22,6 +22,7 @@ import (
 
 	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/install"
+	"github.com/stickydrain/stickydrain/test/must"
 	"github.com/stickydrain/stickydrain/test/node"
 )
 
@@ -96,21 +97,21 @@ func TestInstallOnTheRealNode(t *testing.T) {
 	if err := install.CertManager(ctx, e.c, e.imgs["cert-manager"].Ref); err != nil {
 		t.Fatal(err)
 	}
-	if err := install.Stickydrain(ctx, e.c, e.imgs, ""); err != nil {
+	if err := install.Stickydrain(ctx, e.c, install.Refs(e.imgs), ""); err != nil {
 		t.Fatal(err)
 	}
 
 	// The certificate cert-manager issued, and its CA in both webhook
 	// configurations (cainjector).
 	var secret corev1.Secret
-	waitFor(t, ctx, "cert-manager to issue stickydrain-webhook-tls", func() bool {
+	must.Eventually(t, ctx, 300*time.Millisecond, "cert-manager to issue stickydrain-webhook-tls", func() bool {
 		return e.c.Client.Get(ctx, types.NamespacedName{Namespace: system, Name: "stickydrain-webhook-tls"}, &secret) == nil && len(secret.Data["tls.crt"]) > 0
 	})
 	ca := secret.Data["ca.crt"]
 	if len(ca) == 0 {
 		t.Fatalf("the issued Secret has no ca.crt: %v", keys(secret.Data))
 	}
-	waitFor(t, ctx, "the CA injected into both webhook configurations", func() bool {
+	must.Eventually(t, ctx, 300*time.Millisecond, "the CA injected into both webhook configurations", func() bool {
 		var m admissionv1.MutatingWebhookConfigurationList
 		var v admissionv1.ValidatingWebhookConfigurationList
 		if e.c.Client.List(ctx, &m) != nil || e.c.Client.List(ctx, &v) != nil || len(m.Items) == 0 || len(v.Items) == 0 {
@@ -166,7 +167,7 @@ func TestInstallOnTheRealNode(t *testing.T) {
 	if err := e.c.Client.Update(ctx, &d); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "the rollout to v2", func() bool {
+	must.Eventually(t, ctx, 300*time.Millisecond, "the rollout to v2", func() bool {
 		var pods corev1.PodList
 		if e.c.Client.List(ctx, &pods, client.InNamespace(appNS), client.MatchingLabels{"app": "web"}) != nil {
 			return false
@@ -239,7 +240,7 @@ func (e *env) drainCutShort(t *testing.T, ctx context.Context) {
 	if !strings.Contains(h.Output, "drainctl: max-wait reached") || !strings.Contains(h.Output, "last count 1") {
 		t.Errorf("%s: the hook's output as the kubelet logged it is %q; want drainctl's summary (max-wait reached, last count 1)", p.Name, h.Output)
 	}
-	waitFor(t, ctx, "the FailedPreStopHook Event", func() bool {
+	must.Eventually(t, ctx, 300*time.Millisecond, "the FailedPreStopHook Event", func() bool {
 		var events corev1.EventList
 		if err := e.c.Client.List(ctx, &events, client.InNamespace(appNS)); err != nil {
 			return false
@@ -393,19 +394,6 @@ func (e *env) assertInjected(t *testing.T, ctx context.Context, app string) {
 			}
 		}
 	}
-}
-
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(300 * time.Millisecond):
-		}
-	}
-	t.Logf("%s after %v", what, time.Since(start).Round(100*time.Millisecond))
 }
 
 func ready(p *corev1.Pod) bool {

@@ -21,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -137,13 +136,6 @@ func (e *env) endpoints(t *testing.T, ctx context.Context) map[string]endpoint {
 	return out
 }
 
-func eventually(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	if err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
-}
-
 func newClient(t *testing.T) *http.Client {
 	jar, _ := cookiejar.New(nil)
 	return &http.Client{Jar: jar, Timeout: 5 * time.Second}
@@ -208,7 +200,7 @@ func TestDeploymentPodsDrainThroughPreStop(t *testing.T) {
 	// The ReplicaSet controller creates the pods, podhost binds and runs
 	// them, and the EndpointSlice controller publishes them ready.
 	var pods corev1.PodList
-	eventually(t, ctx, "two running, ready pods published ready", func() bool {
+	must.Eventually(t, ctx, 100*time.Millisecond, "two running, ready pods published ready", func() bool {
 		if err := k.List(ctx, &pods, client.InNamespace(e.ns)); err != nil || len(pods.Items) != 2 {
 			return false
 		}
@@ -242,12 +234,12 @@ func TestDeploymentPodsDrainThroughPreStop(t *testing.T) {
 	// container, polls the app over the pod's localhost and waits.
 	must.OK(t, k.Delete(ctx, &a, client.GracePeriodSeconds(30)))
 	e.step(t, a.Name, "app", podhost.StepPreStopStarted)
-	eventually(t, ctx, "pod a's endpoint terminating and still serving", func() bool {
+	must.Eventually(t, ctx, 100*time.Millisecond, "pod a's endpoint terminating and still serving", func() bool {
 		return e.endpoints(t, ctx)[a.Status.PodIP] == endpoint{Ready: false, Serving: true, Terminating: true}
 	})
 	// drainctl logs to the container's main stdout (its PID 1), as in a
 	// real container, so `kubectl logs` would show it.
-	eventually(t, ctx, "drainctl's progress in the app container's log", func() bool {
+	must.Eventually(t, ctx, 100*time.Millisecond, "drainctl's progress in the app container's log", func() bool {
 		return strings.Contains(e.host.Logs(e.ns, a.Name, "app"), "draining: 1 sessions left")
 	})
 	time.Sleep(1500 * time.Millisecond) // past min-wait: only the session holds it now
@@ -276,7 +268,7 @@ func TestDeploymentPodsDrainThroughPreStop(t *testing.T) {
 	if !(finished.Time.Before(term.Time) && term.Time.Before(exited.Time) && !deleted.Time.Before(exited.Time)) {
 		t.Errorf("steps out of order:\n%s", timeline(e.host.Timeline(e.ns, a.Name)))
 	}
-	eventually(t, ctx, "pod a and its endpoint gone", func() bool {
+	must.Eventually(t, ctx, 100*time.Millisecond, "pod a and its endpoint gone", func() bool {
 		err := k.Get(ctx, client.ObjectKeyFromObject(&a), &corev1.Pod{})
 		_, listed := e.endpoints(t, ctx)[a.Status.PodIP]
 		return apierrors.IsNotFound(err) && !listed
@@ -375,7 +367,7 @@ func TestProbesRestartsAndStatus(t *testing.T) {
 	var got corev1.Pod
 	// Caught between restarts (the back-off grows: 1s, 2s, 4s…): the
 	// crasher is terminated, restarted at least once before, and not ready.
-	eventually(t, ctx, "status with a crasher terminated after a restart", func() bool {
+	must.Eventually(t, ctx, 100*time.Millisecond, "status with a crasher terminated after a restart", func() bool {
 		if err := e.c.Client.Get(ctx, client.ObjectKeyFromObject(pod), &got); err != nil {
 			return false
 		}
@@ -559,7 +551,7 @@ func TestStoppingOneHostLeavesAnothersVolumes(t *testing.T) {
 		}
 	}
 	b := hosts["node-b"]
-	eventually(t, ctx, "both readers reading", func() bool {
+	must.Eventually(t, ctx, 100*time.Millisecond, "both readers reading", func() bool {
 		return strings.Contains(hosts["node-a"].Logs("shared", "reader-node-a", "main"), "ok") &&
 			strings.Contains(b.Logs("shared", "reader-node-b", "main"), "ok")
 	})
@@ -568,7 +560,7 @@ func TestStoppingOneHostLeavesAnothersVolumes(t *testing.T) {
 	}
 	reads := func() int { return strings.Count(b.Logs("shared", "reader-node-b", "main"), "\n") }
 	before := reads()
-	eventually(t, ctx, "node-b's reader reading on", func() bool { return reads() >= before+10 })
+	must.Eventually(t, ctx, 100*time.Millisecond, "node-b's reader reading on", func() bool { return reads() >= before+10 })
 	if logs := b.Logs("shared", "reader-node-b", "main"); strings.Contains(logs, "LOST") {
 		t.Errorf("node-b's pod lost its volume when node-a's host stopped (%d reads failed)", strings.Count(logs, "LOST"))
 	}

@@ -5,11 +5,15 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"time"
 
 	"github.com/stickydrain/stickydrain/test/proc"
@@ -76,4 +80,36 @@ http:
 // Stop ends the registry.
 func (r *Registry) Stop() {
 	r.p.Stop()
+}
+
+// Push pushes the images names (tools/images names) from the OCI layouts
+// make test-images writes (dir/NAME, beside NAME-OS-ARCH.tar) to
+// host/stickydrain/NAME with tools/images push, as `make push` does, and
+// returns each one's reference, host/stickydrain/NAME:TAG@sha256:….
+func (r *Registry) Push(ctx context.Context, dir string, names ...string) (map[string]string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return nil, fmt.Errorf("locating tools/images: no caller information")
+	}
+	repo := r.Host + "/stickydrain"
+	cmd := exec.CommandContext(ctx, "go", "run", ".", "push", "--out", dir, "--repo", repo, "--images", strings.Join(names, ","))
+	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..", "tools", "images")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("pushing %s: %w\n%s", strings.Join(names, ", "), err, stderr.String())
+	}
+	refs := map[string]string{}
+	for _, line := range strings.Fields(string(out)) {
+		for _, n := range names {
+			if strings.HasPrefix(line, repo+"/"+n+":") && strings.Contains(line, "@sha256:") {
+				refs[n] = line
+			}
+		}
+	}
+	if len(refs) != len(names) {
+		return nil, fmt.Errorf("tools/images push printed %q, want each of %s by digest", out, strings.Join(names, ", "))
+	}
+	return refs, nil
 }

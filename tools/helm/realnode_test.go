@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,23 +26,10 @@ import (
 
 	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/install"
+	"github.com/stickydrain/stickydrain/test/must"
 	"github.com/stickydrain/stickydrain/test/node"
 	testregistry "github.com/stickydrain/stickydrain/test/registry"
 )
-
-// waitFor polls cond every 200 ms until it holds or ctx ends.
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	t.Logf("%s after %v", what, time.Since(start).Round(100*time.Millisecond))
-}
 
 // imageValues points an image's values at a reference pushed by digest
 // (registry/path/name:tag@sha256:…).
@@ -56,33 +42,18 @@ func imageValues(ref string) map[string]any {
 // previousChart is the chart version the upgrade starts from (testdata).
 const previousChart = "0.1.0-main.1d89764"
 
-// publish does what a release does, against the registry at host: pushes
+// publish does what a release does, against the registry reg: pushes
 // the images stickydrain and drainctl from the layouts make test-images
 // wrote beside their tarballs (tools/images push, by digest), pins this
 // checkout's chart to those digests, and pushes it and the previous
-// chart (testdata) to oci://host/stickydrain/charts. It returns the
+// chart (testdata) to oci://HOST/stickydrain/charts. It returns the
 // images' references, each registry/path/name:tag@digest.
-func publish(t *testing.T, ctx context.Context, imgs map[string]node.Image, host string, rc *registry.Client) map[string]string {
+func publish(t *testing.T, ctx context.Context, imgs map[string]node.Image, reg *testregistry.Registry, rc *registry.Client) map[string]string {
 	t.Helper()
-	repo := host + "/stickydrain"
-	cmd := exec.CommandContext(ctx, "go", "run", ".", "push", "--out", filepath.Dir(imgs["stickydrain"].Tarball), "--repo", repo, "--images", "stickydrain,drainctl")
-	cmd.Dir = filepath.Join("..", "images")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	repo := reg.Host + "/stickydrain"
+	refs, err := reg.Push(ctx, filepath.Dir(imgs["stickydrain"].Tarball), "stickydrain", "drainctl")
 	if err != nil {
-		t.Fatalf("pushing the images: %v\n%s", err, stderr.String())
-	}
-	refs := map[string]string{}
-	for _, line := range strings.Fields(string(out)) {
-		for _, n := range []string{"stickydrain", "drainctl"} {
-			if strings.HasPrefix(line, repo+"/"+n+":") {
-				refs[n] = line
-			}
-		}
-	}
-	if len(refs) != 2 {
-		t.Fatalf("tools/images push printed %q, want both images by digest", out)
+		t.Fatal(err)
 	}
 	t.Logf("pushed %s and %s", refs["stickydrain"], refs["drainctl"])
 	ch, err := loader.Load(chartDir())
@@ -157,7 +128,7 @@ func TestHelmOnTheRealNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	refs := publish(t, ctx, imgs, reg.Host, rc)
+	refs := publish(t, ctx, imgs, reg, rc)
 	ch, err := loader.Load(chartDir())
 	if err != nil {
 		t.Fatal(err)
@@ -221,7 +192,7 @@ func TestHelmOnTheRealNode(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, ctx, "the CA injected into the mutating webhooks", func() bool {
+	must.Eventually(t, ctx, 200*time.Millisecond, "the CA injected into the mutating webhooks", func() bool {
 		var m admissionv1.MutatingWebhookConfiguration
 		if c.Client.Get(ctx, client.ObjectKey{Name: "stickydrain"}, &m) != nil {
 			return false
@@ -316,7 +287,7 @@ func TestHelmOnTheRealNode(t *testing.T) {
 	// PodDisruptionBudget and the rolling update keep one replica serving.
 	webhookRolled := func(what string, cond func(d *appsv1.Deployment) bool) {
 		var d appsv1.Deployment
-		waitFor(t, ctx, what, func() bool {
+		must.Eventually(t, ctx, 200*time.Millisecond, what, func() bool {
 			if c.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "stickydrain-webhook"}, &d) != nil {
 				return false
 			}

@@ -109,8 +109,22 @@ test-apps: deps ## drainctl against the servers teams run (Debian's Tomcat 10.1 
 	$(GO) test -race -count=1 -v -run '^TestApps$$' ./test/apps/
 
 .PHONY: test-unit
-test-unit: ## Only the tests that need no control plane (-short).
+test-unit: ## Tier 1: the tests that need no control plane (-short), in a minute or two.
 	$(GO) test -race -short -count=1 -p $(UNIT_P) $(PKGS)
+
+.PHONY: test-integration
+test-integration: deps test-parts ## Tier 2: every test but the end-to-end scenarios: the packages' tests on a real control plane, HAProxy, the NGINX Plus emulator and the real node, and the tools modules'.
+	k8s="$$(test/tools/build.sh)" && haproxy="$$(test/tools/haproxy.sh)" && peers="$$(test/peers/build.sh)" && \
+	  containerd="$$(test/tools/containerd.sh)" && \
+	  STICKYDRAIN_K8S_BINS="$$k8s" STICKYDRAIN_HAPROXY="$$haproxy" STICKYDRAIN_PEERS="$$peers" STICKYDRAIN_CONTAINERD="$$containerd" \
+	  STICKYDRAIN_IMAGES="$(abspath $(BIN))/test-images" test/tools/test-lanes.sh "$(GO)" $(TEST_TIMEOUT) $$($(GO) list $(PKGS) | grep -v '/test/e2e$$')
+
+.PHONY: test-e2e
+test-e2e: deps test-parts ## Tier 3: the end-to-end scenarios alone (test/e2e, two lanes): users holding sessions through rollouts, faults and the soak's short rotation.
+	k8s="$$(test/tools/build.sh)" && haproxy="$$(test/tools/haproxy.sh)" && peers="$$(test/peers/build.sh)" && \
+	  containerd="$$(test/tools/containerd.sh)" && \
+	  STICKYDRAIN_K8S_BINS="$$k8s" STICKYDRAIN_HAPROXY="$$haproxy" STICKYDRAIN_PEERS="$$peers" STICKYDRAIN_CONTAINERD="$$containerd" \
+	  STICKYDRAIN_IMAGES="$(abspath $(BIN))/test-images" STICKYDRAIN_LANES_TOOLS=0 test/tools/test-lanes.sh "$(GO)" $(TEST_TIMEOUT) ./test/e2e/
 
 .PHONY: docs
 docs: ## Write the reference pages of docs/reference from the code (annotations, flags, configuration, metrics, exit statuses), and the Grafana dashboard (tools/dashboards).

@@ -255,9 +255,8 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 				return env, err
 			}
 			registries = []string{reg.Host}
-			// kustomize's images: with a digest name the image by it.
-			d := env.installRefs["drainctl"]
-			env.drainctlImage = d[:strings.LastIndex(d[:strings.Index(d, "@")], ":")] + d[strings.Index(d, "@"):]
+			// kustomize's images: names it repository:tag@digest.
+			env.drainctlImage = env.installRefs["drainctl"]
 		}
 		logf("starting the node (containerd, runc, kubelet; pods on a bridge in %s) …", node.PodCIDR)
 		var tars []string

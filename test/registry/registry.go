@@ -31,9 +31,12 @@ type Registry struct {
 	p   *proc.Proc
 }
 
-// Start runs a registry keeping its blobs under dir, and waits until it
-// answers the distribution API's version check.
+// Start runs a registry keeping its blobs under dir (made if missing), and
+// waits until it answers the distribution API's version check.
 func Start(ctx context.Context, dir string) (*Registry, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
 	if _, err := os.Stat(Bin); err != nil {
 		return nil, fmt.Errorf("the Distribution registry (%s, Debian's docker-registry: test/deps.sh installs it): %w", Bin, err)
 	}

@@ -171,7 +171,6 @@ func waitEndpoints(t *testing.T, ctx context.Context, c *cluster.Cluster, ns, sv
 	}
 }
 
-
 func TestStopLeavesNothing(t *testing.T) {
 	cluster.SkipIfShort(t)
 	c, err := cluster.Start(context.Background(), cluster.Options{Log: t.Logf})

@@ -800,19 +800,7 @@ func boolInt(b bool) int {
 // The Envoy Gateway component adds its permissions to an install, bound to
 // the install's controller.
 func TestTheEnvoyGatewayComponentAddsItsPermissions(t *testing.T) {
-	dir := t.TempDir()
-	base, err := filepath.Rel(dir, manifests.Dir("default"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	comp, err := filepath.Rel(dir, manifests.Dir("envoy-gateway"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), fmt.Appendf(nil, "resources:\n  - %s\ncomponents:\n  - %s\n", base, comp), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	objs := render(t, dir)
+	objs := renderWithComponent(t, "envoy-gateway")
 	role := manifests.Find(objs, "ClusterRole", "stickydrain-controller-envoy-gateway")
 	binding := manifests.Find(objs, "ClusterRoleBinding", "stickydrain-controller-envoy-gateway")
 	if role == nil || binding == nil {
@@ -851,19 +839,7 @@ func TestTheEnvoyGatewayComponentAddsItsPermissions(t *testing.T) {
 // The priority-class component adds the PriorityClass and runs both
 // Deployments at it; the install alone creates none.
 func TestThePriorityClassComponentRunsBothDeploymentsAtIt(t *testing.T) {
-	dir := t.TempDir()
-	base, err := filepath.Rel(dir, manifests.Dir("default"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	comp, err := filepath.Rel(dir, manifests.Dir("priority-class"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), fmt.Appendf(nil, "resources:\n  - %s\ncomponents:\n  - %s\n", base, comp), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	objs := render(t, dir)
+	objs := renderWithComponent(t, "priority-class")
 	pc := manifests.Find(objs, "PriorityClass", "stickydrain-critical")
 	if pc == nil {
 		t.Fatalf("the component adds no PriorityClass: %v", kinds(objs))
@@ -882,4 +858,23 @@ func TestThePriorityClassComponentRunsBothDeploymentsAtIt(t *testing.T) {
 			t.Errorf("the install alone creates PriorityClass %s", o.GetName())
 		}
 	}
+}
+
+// renderWithComponent renders manifests/default with the component in
+// manifests/<component>, through an overlay as a user writes it.
+func renderWithComponent(t *testing.T, component string) []*unstructured.Unstructured {
+	t.Helper()
+	dir := t.TempDir()
+	base, err := filepath.Rel(dir, manifests.Dir("default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	comp, err := filepath.Rel(dir, manifests.Dir(component))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), fmt.Appendf(nil, "resources:\n  - %s\ncomponents:\n  - %s\n", base, comp), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return render(t, dir)
 }

@@ -22,7 +22,9 @@ type Builder struct {
 func New() *Builder { return &Builder{built: map[string]string{}} }
 
 // Build compiles the main package pkg (an import path) with CGO_ENABLED=0
-// and returns the binary's path, named after pkg's last element.
+// and -trimpath and returns the binary's path, named after pkg's last
+// element. The flags are the ones make test-parts builds the images with
+// (tools/images), so a first run compiles the dependencies once for both.
 func (b *Builder) Build(pkg string, tags ...string) (string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -37,7 +39,7 @@ func (b *Builder) Build(pkg string, tags ...string) (string, error) {
 		b.dir = d
 	}
 	out := filepath.Join(b.dir, path.Base(pkg))
-	args := []string{"build", "-o", out}
+	args := []string{"build", "-trimpath", "-o", out}
 	for _, t := range tags {
 		args = append(args, "-tags", t)
 	}

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Runs make test's Go tests in three lanes at once. The end-to-end
+# Runs make test's Go tests in four lanes at once. The end-to-end
 # scenarios (test/e2e) spend most of their time waiting for drains, so two
 # lanes run them, each one scenario at a time from one test binary built
 # once: E2E_LANE_A (a -run pattern) in one, every other scenario in the
 # other; then each runs half of the soak's rotation (E2E_SOAK).
-# The third lane runs every other package one after another (-p 1), and
-# the image builder's, the chart's and the benchmarks' tests. Each
+# The third lane runs every other package one after another (-p 1); the
+# fourth the tools modules' tests (the image builder, the chart, the
+# dashboards) and the benchmarks once each. Each
 # scenario has its own control plane; the machine-wide parts they share
 # are locked (cluster.LockRealNode, the pod hosts' subnets and mount
-# points). The end-to-end lanes' output is kept in files and printed when
-# every lane ends; the run fails if any lane did.
+# points). The end-to-end and tools lanes' output is kept in files and
+# printed when every lane ends; the run fails if any lane did.
 #
 # Usage: test/tools/test-lanes.sh GO TIMEOUT PKGS...   (the environment
 # carries STICKYDRAIN_K8S_BINS and the others, as make test sets them)
@@ -56,7 +57,8 @@ if $run_e2e; then
 	}
 	e2e_lanes() {
 		local st=0 a=0 b=0 skip=
-		"$go_cmd" test -race -c -o "$bin" "$e2e" || return 1
+		"$go_cmd" test -race -c -o "$bin" "$e2e" || { touch "$work/built"; return 1; }
+		touch "$work/built"
 		for re in "$lane_a" "$soak"; do
 			if [[ -n $re ]]; then skip+="${skip:+|}($re)"; fi
 		done
@@ -101,26 +103,71 @@ if $run_e2e; then
 	echo "test/e2e runs in two lanes beside the other packages; its output ($e2e_log) follows when every lane ends"
 	e2e_lanes >"$e2e_log" 2>&1 &
 	e2e_pid=$!
-	trap '[[ -n $e2e_pid ]] && { pkill -TERM -P "$e2e_pid"; kill "$e2e_pid"; } 2>/dev/null; [[ -n ${work:-} ]] && rm -rf "$work"' EXIT
 fi
 
-status=0
-# STICKYDRAIN_LANES_TOOLS=0 (make test-e2e) leaves out the tools modules
-# and the benchmarks' run.
+# e2e_built: wait until the end-to-end test binary is built (or its lane
+# has ended). The other lanes wait for it before they compile what it
+# compiles (client-go and the rest, with -race): go commands running at
+# once do not share their work, and on a cold machine each would compile
+# the same packages beside the other.
+e2e_built() {
+	while [[ -n ${e2e_pid:-} ]] && [[ ! -e $work/built ]] && kill -0 "$e2e_pid" 2>/dev/null; do
+		sleep 2
+	done
+}
+
+# The tools modules (the image builder, the chart, the dashboards: modules
+# of their own, for go-containerregistry, Helm's SDK, Grafana's foundation
+# SDK and Prometheus' parser, out of the main go.mod) and the benchmarks'
+# run (once each, none timed: a broken one fails here, not in make bench)
+# are a lane of their own beside the others: on a cold machine they
+# compile for about ten minutes, and ahead of the packages they held the
+# packages' lane back by as much. -race, as the packages' tests, so the
+# benchmarks share their compiles. STICKYDRAIN_LANES_TOOLS=0 (make
+# test-e2e) leaves them out.
+tools_pid=
+tools_log=
 if [[ ${STICKYDRAIN_LANES_TOOLS:-1} != 0 ]]; then
-	# The image builder and the chart's tests are modules of their own
-	# (go-containerregistry; Helm's SDK; Grafana's foundation SDK and Prometheus' parser), out of the main go.mod.
-	(cd tools/images && "$go_cmd" test -race -count=1 ./...) || status=1
-	(cd tools/helm && "$go_cmd" test -race -count=1 -timeout 20m ./...) || status=1
-	(cd tools/dashboards && "$go_cmd" test -race -count=1 ./...) || status=1
-	# The Go benchmarks make bench runs, once each (none timed): a broken one
-	# fails here, not in make bench.
-	"$go_cmd" test -run '^$' -bench . -benchtime 1x ./webhook/inject ./webhook/admit ./controller/endpoints ./controller/plan ./drainctl/ || status=1
+	tools_log=$(mktemp -t stickydrain-tools-lane.XXXXXX)
+	tools_lane() {
+		local st=0
+		(cd tools/images && "$go_cmd" test -race -count=1 ./...) || st=1
+		e2e_built
+		(cd tools/helm && "$go_cmd" test -race -count=1 -timeout 20m ./...) || st=1
+		(cd tools/dashboards && "$go_cmd" test -race -count=1 ./...) || st=1
+		"$go_cmd" test -race -run '^$' -bench . -benchtime 1x ./webhook/inject ./webhook/admit ./controller/endpoints ./controller/plan ./drainctl/ || st=1
+		return "$st"
+	}
+	echo "the tools modules' tests and the benchmarks run in a lane beside the others; their output ($tools_log) follows when they end"
+	tools_lane >"$tools_log" 2>&1 &
+	tools_pid=$!
 fi
+# On exit (an interrupt included), stop the lanes still running.
+cleanup() {
+	for pid in ${e2e_pid:-} ${tools_pid:-}; do
+		pkill -TERM -P "$pid" 2>/dev/null || true
+		kill "$pid" 2>/dev/null || true
+	done
+	[[ -n ${work:-} ]] && rm -rf "$work"
+	[[ -n ${tools_log:-} ]] && rm -f "$tools_log"
+	return 0
+}
+trap cleanup EXIT
+
+status=0
 if ((${#others[@]})); then
+	e2e_built
 	"$go_cmd" test -race -count=1 -p 1 -timeout "$timeout" "${others[@]}" || status=1
 fi
 
+if [[ -n $tools_pid ]]; then
+	tools_status=0
+	wait "$tools_pid" || tools_status=$?
+	tools_pid=
+	echo "=== the tools modules and the benchmarks"
+	cat "$tools_log"
+	if ((tools_status != 0)); then status=1; fi
+fi
 if [[ -n $e2e_pid ]]; then
 	e2e_status=0
 	wait "$e2e_pid" || e2e_status=$?

@@ -296,8 +296,11 @@ func flags(root string) (string, error) {
 		exe := built[bin.pkg]
 		if exe == "" {
 			exe = filepath.Join(dir, filepath.Base(bin.pkg))
-			cmd := exec.Command("go", "build", "-o", exe, bin.pkg)
+			// The flags make test-parts builds the images with: a first
+			// run compiles the dependencies once for both.
+			cmd := exec.Command("go", "build", "-trimpath", "-o", exe, bin.pkg)
 			cmd.Dir = root
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 			if out, err := cmd.CombinedOutput(); err != nil {
 				return "", fmt.Errorf("building %s: %w\n%s", bin.pkg, err, out)
 			}

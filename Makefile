@@ -57,6 +57,10 @@ test-images: ## Build the images the real-node tests run (pause, sessionapp, dra
 push: ## Push the images make images built to REPO (e.g. REPO=registry.example.com/stickydrain), with ~/.docker/config.json's credentials; prints each reference with its digest.
 	cd tools/images && $(GO) run . push --out "$(abspath $(BIN))/images" --repo "$(REPO)"
 
+.PHONY: release-rehearsal
+release-rehearsal: deps ## What a release publishes, rehearsed here (tools/release/rehearsal.sh): the release workflow's script against a Distribution registry on loopback: images pushed by digest, SPDX SBOMs attested, images and chart signed with cosign (a key made for it, no transparency log), the chart pinned and pushed; every signature and pin verified, each reference printed.
+	tools/release/rehearsal.sh
+
 .PHONY: fmt
 fmt: ## Format all Go code with gofmt.
 	gofmt -w $$(git ls-files '*.go')

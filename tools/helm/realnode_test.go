@@ -12,7 +12,6 @@ import (
 	"helm.sh/helm/v4/pkg/action"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
-	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 	"helm.sh/helm/v4/pkg/cli"
 	"helm.sh/helm/v4/pkg/kube"
 	"helm.sh/helm/v4/pkg/registry"
@@ -29,6 +28,7 @@ import (
 	"github.com/stickydrain/stickydrain/test/must"
 	"github.com/stickydrain/stickydrain/test/node"
 	testregistry "github.com/stickydrain/stickydrain/test/registry"
+	"github.com/stickydrain/stickydrain/tools/helm/chartrelease"
 )
 
 // imageValues points an image's values at a reference pushed by digest
@@ -56,21 +56,29 @@ func publish(t *testing.T, ctx context.Context, imgs map[string]node.Image, reg 
 		t.Fatal(err)
 	}
 	t.Logf("pushed %s and %s", refs["stickydrain"], refs["drainctl"])
+	// The chart pinned to them as a release pins it (tools/release/release.sh
+	// through cmd/stickydrain-chart): in its values.yaml, so that it
+	// installs them with no values given.
 	ch, err := loader.Load(chartDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch.Values["image"] = imageValues(refs["stickydrain"])
-	ch.Values["drainctlImage"] = imageValues(refs["drainctl"])
-	dir := t.TempDir()
-	current, err := chartutil.Save(ch, dir)
+	pins := map[string]chartrelease.Image{}
+	for name, ref := range refs {
+		if pins[name], err = chartrelease.ParseImage(ref); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := chartrelease.Pin(ch, ch.Metadata.Version, ch.Metadata.AppVersion, pins); err != nil {
+		t.Fatal(err)
+	}
+	current, err := chartrelease.Package(ch, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	push := action.NewPushWithOpts(action.WithPushConfig(&action.Configuration{RegistryClient: rc}), action.WithPlainHTTP(true))
 	for _, tgz := range []string{current, filepath.Join("testdata", "stickydrain-"+previousChart+".tgz")} {
-		if _, err := push.Run(tgz, "oci://"+repo+"/charts"); err != nil {
-			t.Fatalf("helm push %s: %v", filepath.Base(tgz), err)
+		if _, err := chartrelease.Push(rc, tgz, repo+"/charts"); err != nil {
+			t.Fatal(err)
 		}
 	}
 	return refs
@@ -298,15 +306,22 @@ func TestHelmOnTheRealNode(t *testing.T) {
 		up := action.NewUpgrade(cfg)
 		up.Namespace = namespace
 		up.WaitStrategy = kube.HookOnlyStrategy
-		vals["webhook"] = map[string]any{"drainctlDelivery": "image-volume", "resources": map[string]any{
-			"requests": map[string]any{"cpu": "60m", "memory": "64Mi"}, "limits": map[string]any{"memory": "256Mi"}}}
-		if _, err := up.RunWithContext(ctx, release, fromRegistry(t, reg.Host, ch.Metadata.Version, rc), vals); err != nil {
+		// No image values: the chart pushed pins its images itself.
+		upVals := map[string]any{"webhook": map[string]any{"drainctlDelivery": "image-volume", "resources": map[string]any{
+			"requests": map[string]any{"cpu": "60m", "memory": "64Mi"}, "limits": map[string]any{"memory": "256Mi"}}}}
+		if _, err := up.RunWithContext(ctx, release, fromRegistry(t, reg.Host, ch.Metadata.Version, rc), upVals); err != nil {
 			t.Errorf("helm upgrade --version %s: %v", ch.Metadata.Version, err)
 			return
 		}
 		webhookRolled("the webhook rolled to the upgraded chart", func(d *appsv1.Deployment) bool {
 			return d.Spec.Template.Spec.Containers[0].Resources.Requests.Cpu().String() == "60m" && d.Spec.Template.Spec.PriorityClassName == ""
 		})
+		var d appsv1.Deployment
+		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "stickydrain-webhook"}, &d); err != nil {
+			t.Error(err)
+		} else if img := d.Spec.Template.Spec.Containers[0].Image; img != refs["stickydrain"] {
+			t.Errorf("the upgraded chart runs the webhook from %s, want the image it pins, %s", img, refs["stickydrain"])
+		}
 	})
 	var m admissionv1.MutatingWebhookConfiguration
 	if err := c.Client.Get(ctx, client.ObjectKey{Name: "stickydrain"}, &m); err != nil || len(m.Webhooks) == 0 || len(m.Webhooks[0].MatchConditions) == 0 {

@@ -15,7 +15,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	flag "github.com/spf13/pflag"
 )
@@ -26,7 +25,7 @@ const DefaultRepo = "ghcr.io/stickydrain"
 // Run runs the command line args.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("a command is needed: build or push (see --help of each)")
+		return errors.New("a command is needed: build, push or sbom (see --help of each)")
 	}
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
 	switch args[0] {
@@ -46,8 +45,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	case "push":
 		return push(ctx, args[1:], stdout, stderr)
+	case "sbom":
+		return sbom(ctx, args[1:], stdout, stderr)
 	default:
-		return fmt.Errorf("unknown command %q: want build or push", args[0])
+		return fmt.Errorf("unknown command %q: want build, push or sbom", args[0])
 	}
 }
 
@@ -124,32 +125,26 @@ func push(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errors.New("--repo is needed: the registry/path to push to, e.g. registry.example.com/stickydrain")
 	}
 	for _, n := range *names {
-		lp, err := layout.FromPath(filepath.Join(*out, n))
+		idx, ref, err := layoutIndex(filepath.Join(*out, n))
 		if err != nil {
 			return fmt.Errorf("image %s: %w (run make images first)", n, err)
 		}
-		ii, err := lp.ImageIndex()
-		if err != nil {
-			return fmt.Errorf("image %s: %w", n, err)
+		tag := "latest"
+		if t, ok := ref.(name.Tag); ok {
+			tag = t.TagStr()
 		}
-		im, err := ii.IndexManifest()
-		if err != nil || len(im.Manifests) != 1 {
-			return fmt.Errorf("image %s: the layout should hold one image index: %v", n, err)
-		}
-		ref := im.Manifests[0].Annotations["org.opencontainers.image.ref.name"]
-		tag := ref[strings.LastIndex(ref, ":")+1:]
 		dst, err := name.NewTag(*repo + "/" + n + ":" + tag)
 		if err != nil {
 			return fmt.Errorf("--repo: %w", err)
 		}
-		idx, err := ii.ImageIndex(im.Manifests[0].Digest)
+		digest, err := idx.Digest()
 		if err != nil {
 			return fmt.Errorf("image %s: %w", n, err)
 		}
 		if err := remote.WriteIndex(dst, idx, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
 			return fmt.Errorf("pushing %s: %w", dst, err)
 		}
-		fmt.Fprintf(stdout, "%s@%s\n", dst, im.Manifests[0].Digest)
+		fmt.Fprintf(stdout, "%s@%s\n", dst, digest)
 	}
 	return nil
 }

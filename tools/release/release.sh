@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# A release, step by step. .github/workflows/release.yaml runs it on a tag,
+# against ghcr.io, with keyless signatures; make release-rehearsal
+# (tools/release/rehearsal.sh) runs it here against a Distribution
+# registry on loopback, with a key pair made for the rehearsal. One script,
+# so the two cannot drift.
+#
+#   tools/release/release.sh STEP...
+#
+#   images  build the stickydrain and drainctl images (make images), push
+#           them by digest (as make push: DIST/images.txt), write each one's
+#           SPDX SBOM (DIST/NAME.spdx.json, tools/images sbom), attest it
+#           and sign the image with cosign
+#   chart   pin charts/stickydrain to those digests, check it as
+#           helm lint --strict does, package it into DIST, push it to
+#           oci://$REPO/charts (DIST/chart.txt) and sign it
+#   verify  check every signature, every SBOM attestation and the chart's
+#           pins against DIST/images.txt; print each reference by digest
+#           and "verified"
+#
+# Environment:
+#   REPO        registry/path the images and the chart go under (needed),
+#               e.g. ghcr.io/stickydrain
+#   VERSION     the release's tag, v<major>.<minor>.<patch>[-<pre>] (needed)
+#   PLATFORMS   the images' platforms (default linux/amd64,linux/arm64)
+#   DIST        where each step's files go (default dist)
+#   COSIGN_KEY, COSIGN_PUB
+#               set: sign with this private key (COSIGN_PASSWORD as cosign
+#               reads it) and verify with its public key, no transparency
+#               log (the rehearsal). Unset: keyless, as the workflow signs:
+#               a Fulcio certificate for the job's OIDC identity, logged in
+#               Rekor
+#   CERT_IDENTITY_REGEXP, CERT_OIDC_ISSUER
+#               whom keyless verification accepts (default: this
+#               repository's release workflow on a tag, GitHub's issuer)
+#   PLAIN_HTTP  1: the registry speaks plain HTTP (the rehearsal's)
+#   COSIGN      a cosign binary (default: tools/release/cosign.sh builds
+#               the version tools/release/go.mod pins into the cache)
+#
+# Credentials: ~/.docker/config.json (docker login, or the workflow's
+# login action) for the images, the chart and the signatures alike.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$root"
+: "${REPO:?REPO is needed: the registry/path to publish under, e.g. ghcr.io/stickydrain}"
+: "${VERSION:?VERSION is needed: the release tag, e.g. v1.2.0}"
+if [[ ! $VERSION =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$ ]]; then
+	echo "release.sh: VERSION=$VERSION: want v<major>.<minor>.<patch>[-<pre-release>], e.g. v1.2.0 or v1.2.0-rc.1" >&2
+	exit 2
+fi
+PLATFORMS="${PLATFORMS:-linux/amd64,linux/arm64}"
+DIST="$(mkdir -p "${DIST:-dist}" && cd "${DIST:-dist}" && pwd)"
+images=(stickydrain drainctl)
+
+log() { echo "release.sh: $*" >&2; }
+
+# cosign, at the version tools/release/go.mod pins.
+cosign="${COSIGN:-$(tools/release/cosign.sh)}"
+cache="${STICKYDRAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/stickydrain}"
+bin="$cache/release-tools"
+mkdir -p "$bin"
+# The chart's steps, with Helm's SDK (tools/helm/cmd/stickydrain-chart).
+chart_tool="$bin/stickydrain-chart"
+CGO_ENABLED=0 go -C tools/helm build -trimpath -o "$chart_tool" ./cmd/stickydrain-chart
+
+registry_flags=()
+if [[ ${PLAIN_HTTP:-} == 1 ]]; then
+	registry_flags=(--allow-http-registry)
+fi
+sign_flags=(--yes)
+verify_flags=()
+if [[ -n ${COSIGN_KEY:-} ]]; then
+	: "${COSIGN_PUB:?COSIGN_PUB is needed with COSIGN_KEY: the public key to verify with}"
+	# A key and no transparency log: nothing leaves this machine.
+	sign_flags+=(--key "$COSIGN_KEY" --tlog-upload=false --use-signing-config=false)
+	verify_flags=(--key "$COSIGN_PUB" --insecure-ignore-tlog=true)
+else
+	: "${GITHUB_REPOSITORY:=stickydrain/stickydrain}"
+	verify_flags=(
+		--certificate-identity-regexp "${CERT_IDENTITY_REGEXP:-^https://github.com/$GITHUB_REPOSITORY/\.github/workflows/release\.yaml@refs/tags/v}"
+		--certificate-oidc-issuer "${CERT_OIDC_ISSUER:-https://token.actions.githubusercontent.com}"
+	)
+fi
+
+# ref NAME: NAME's reference by digest, from DIST/images.txt.
+ref() {
+	local r
+	r="$(grep -E "^[^ ]*/$1:[^ ]*@sha256:[0-9a-f]{64}$" "$DIST/images.txt" || true)"
+	if [[ -z $r ]]; then
+		log "no $1 image by digest in $DIST/images.txt: run the images step first"
+		return 1
+	fi
+	echo "$r"
+}
+
+step_images() {
+	make --no-print-directory images VERSION="$VERSION" REPO="$REPO" PLATFORMS="$PLATFORMS" IMAGES="$(
+		IFS=,
+		echo "${images[*]}"
+	)" >&2
+	(cd tools/images && go run . push --out "$root/bin/images" --repo "$REPO" --images "$(
+		IFS=,
+		echo "${images[*]}"
+	)") >"$DIST/images.txt"
+	(cd tools/images && go run . sbom --out "$root/bin/images" --dest "$DIST" --images "$(
+		IFS=,
+		echo "${images[*]}"
+	)") >&2
+	for name in "${images[@]}"; do
+		local r
+		r="$(ref "$name")"
+		log "attesting $name's SBOM and signing $r"
+		"$cosign" attest "${sign_flags[@]}" "${registry_flags[@]}" --type spdxjson --predicate "$DIST/$name.spdx.json" "$r" >&2
+		"$cosign" sign "${sign_flags[@]}" "${registry_flags[@]}" "$r" >&2
+	done
+	cat "$DIST/images.txt"
+}
+
+chart_args() {
+	local name
+	for name in "${images[@]}"; do
+		printf -- '--image\n%s=%s\n' "$name" "$(ref "$name")"
+	done
+	if [[ ${PLAIN_HTTP:-} == 1 ]]; then
+		echo --plain-http
+	fi
+}
+
+step_chart() {
+	local args chart
+	mapfile -t args < <(chart_args)
+	"$chart_tool" publish --tag "$VERSION" --repo "$REPO" --out "$DIST" "${args[@]}" >"$DIST/chart.txt"
+	chart="$(cat "$DIST/chart.txt")"
+	log "signing the chart $chart"
+	"$cosign" sign "${sign_flags[@]}" "${registry_flags[@]}" "$chart" >&2
+	echo "$chart"
+}
+
+step_verify() {
+	local name r chart args
+	for name in "${images[@]}"; do
+		r="$(ref "$name")"
+		"$cosign" verify "${verify_flags[@]}" "${registry_flags[@]}" "$r" >/dev/null
+		"$cosign" verify-attestation "${verify_flags[@]}" "${registry_flags[@]}" --type spdxjson "$r" >/dev/null
+		echo "$r verified: signature, SPDX SBOM attestation"
+	done
+	chart="$(cat "$DIST/chart.txt")"
+	mapfile -t args < <(chart_args)
+	"$chart_tool" verify --chart "$chart" "${args[@]}" >/dev/null
+	"$cosign" verify "${verify_flags[@]}" "${registry_flags[@]}" "$chart" >/dev/null
+	echo "$chart verified: signature, pins $(ref stickydrain) and $(ref drainctl)"
+}
+
+if (($# == 0)); then
+	echo "usage: tools/release/release.sh images|chart|verify..." >&2
+	exit 2
+fi
+for s in "$@"; do
+	case $s in
+	images | chart | verify) "step_$s" ;;
+	*)
+		echo "release.sh: unknown step $s: want images, chart or verify" >&2
+		exit 2
+		;;
+	esac
+done

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/stickydrain/stickydrain/api"
+	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/plan"
 	"github.com/stickydrain/stickydrain/test/cluster"
@@ -86,7 +87,7 @@ resync: 2s
 	tn.service("shop", "web", "edge/shop", map[string]string{"app": "web"})
 	shopA, shopB := tn.pod("shop", "web-a", "web"), tn.pod("shop", "web-b", "web")
 	shopActive := func() bool {
-		got, err := edge.Observe(ctx, "shop")
+		got, err := backend.Read(ctx, edge, "shop")
 		return err == nil && len(got) == 2 && got[netip.AddrPortFrom(shopA, 8080)] == plan.Active && got[netip.AddrPortFrom(shopB, 8080)] == plan.Active
 	}
 	must.Eventually(t, ctx, 50*time.Millisecond, "shop's two pods active on edge/shop", shopActive)
@@ -156,10 +157,10 @@ resync: 2s
 			t.Errorf("%s on evil/repeat; its repeated entry is one upstream it may map", reason)
 		}
 	}
-	if got, err := edge.Observe(ctx, "ghost"); err != nil || len(got) != 0 {
+	if got, err := backend.Read(ctx, edge, "ghost"); err != nil || len(got) != 0 {
 		t.Errorf("edge/ghost holds %v (%v); want nothing: its pods do not exist", got, err)
 	}
-	if got, err := edge.Observe(ctx, "small"); err != nil || len(got) != 1 {
+	if got, err := backend.Read(ctx, edge, "small"); err != nil || len(got) != 1 {
 		t.Errorf("edge/small holds %v (%v); want its one slot filled", got, err)
 	}
 

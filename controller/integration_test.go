@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stickydrain/stickydrain/api"
+	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/plan"
@@ -122,7 +123,7 @@ func servers(t *testing.T, h *haproxytest.HAProxy) map[netip.AddrPort]plan.State
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := i.Observe(context.Background(), "shop")
+	got, err := backend.Read(context.Background(), i, "shop")
 	if err != nil {
 		return nil
 	}
@@ -537,7 +538,7 @@ resync: 10m
 				return false
 			}
 			inst, _ := haproxy.New("tcp://"+lp.Status.PodIP+":9999", time.Second)
-			got, err := inst.Observe(ctx, "shop")
+			got, err := backend.Read(ctx, inst, "shop")
 			if err != nil || len(got) != 2 {
 				return false
 			}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/backend/nginxplus"
 	"github.com/stickydrain/stickydrain/controller/config"
@@ -87,9 +88,9 @@ resync: 2s
 	// What both load balancers hold, read all along: nothing but the pods
 	// of a Service allowed there may ever appear.
 	read := func() (edgeShop, edgeCheckout, plusShop map[netip.AddrPort]plan.State) {
-		edgeShop, _ = edge.Servers(ctx, "shop")
-		edgeCheckout, _ = edge.Servers(ctx, "checkout")
-		plusShop, _ = plus.Servers(ctx, "shop")
+		edgeShop, _ = backend.Read(ctx, edge, "shop")
+		edgeCheckout, _ = backend.Read(ctx, edge, "checkout")
+		plusShop, _ = backend.Read(ctx, plus, "shop")
 		return
 	}
 	var (

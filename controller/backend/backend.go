@@ -24,32 +24,53 @@ var ErrCannotHold = errors.New("the load balancer cannot hold this upstream's se
 type Instance interface {
 	// ID names the instance in logs and events (its address).
 	ID() string
-	// Servers reads the upstream's servers as the instance has them now.
-	// It begins a pass, which the Apply that follows ends: until then the
-	// instance may hold what the read leaves for the Apply (HAProxy: the
-	// connection to the process it read).
-	Servers(ctx context.Context, upstream string) (map[netip.AddrPort]plan.State, error)
+	// Begin reads the upstream's servers as the instance has them now and
+	// returns the pass holding what it read, for the changes planned
+	// from it. The caller owns the pass and must Close it, applied or
+	// not; nothing of it lives in the instance.
+	Begin(ctx context.Context, upstream string) (Pass, error)
+}
+
+// Pass is one read of an upstream on one instance and the changes made
+// from it. One goroutine uses it; the instance may serve other passes
+// (other upstreams, other callers) at the same time.
+type Pass interface {
+	// Servers is what Begin read: each server's address and state.
+	Servers() map[netip.AddrPort]plan.State
 	// Apply makes the changes server by server, never rewriting the whole
-	// list. It returns one error per change, nil where it succeeded, and
-	// keeps going after a failure. It ends the upstream's pass, even with
-	// no changes.
-	Apply(ctx context.Context, upstream string, changes []plan.Change) []error
+	// list, on what was read (HAProxy: the same process, on the
+	// connection that read it). It returns one error per change, nil
+	// where it succeeded, and keeps going after a failure.
+	Apply(ctx context.Context, changes []plan.Change) []error
+	// Close ends the pass and frees what it holds (HAProxy: the
+	// connection, one of the few the Runtime API serves at once).
+	Close()
 }
 
-// Normalizer is implemented by instances that cannot represent every
-// state: before planning, the desired states are mapped to what the
-// instance can hold (NGINX Plus stream upstreams have no drain, so
-// draining becomes down there). It is called after Servers.
+// Read is a pass that only reads: the upstream's servers on inst now.
+func Read(ctx context.Context, inst Instance, upstream string) (map[netip.AddrPort]plan.State, error) {
+	p, err := inst.Begin(ctx, upstream)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	return p.Servers(), nil
+}
+
+// Normalizer is implemented by passes on instances that cannot represent
+// every state: before planning, the desired states are mapped to what the
+// upstream read can hold (NGINX Plus stream upstreams have no drain, so
+// draining becomes down there).
 type Normalizer interface {
-	Normalize(upstream string, desired map[netip.AddrPort]plan.State) map[netip.AddrPort]plan.State
+	Normalize(desired map[netip.AddrPort]plan.State) map[netip.AddrPort]plan.State
 }
 
-// Capacity is implemented by instances whose upstreams hold a fixed
+// Capacity is implemented by passes on upstreams that hold a fixed
 // number of servers (HAProxy's server-template slots): how many the
-// upstream held and could hold when Servers last read it; ok is false
-// when the number is not bounded (dynamic servers) or not read yet.
+// upstream held and could hold when the pass read it; ok is false when
+// the number is not bounded (dynamic servers).
 type Capacity interface {
-	Slots(upstream string) (used, total int, ok bool)
+	Slots() (used, total int, ok bool)
 }
 
 // Prober is implemented by instances that can tell one process from the

@@ -130,8 +130,11 @@ func (f fake) LostStateHint() string { return "" }
 
 type toy string
 
-func (t toy) ID() string { return string(t) }
-func (t toy) Servers(context.Context, string) (map[netip.AddrPort]plan.State, error) {
-	return nil, nil
-}
-func (t toy) Apply(context.Context, string, []plan.Change) []error { return nil }
+func (t toy) ID() string                                          { return string(t) }
+func (t toy) Begin(context.Context, string) (backend.Pass, error) { return toyPass{}, nil }
+
+type toyPass struct{}
+
+func (toyPass) Servers() map[netip.AddrPort]plan.State       { return nil }
+func (toyPass) Apply(context.Context, []plan.Change) []error { return nil }
+func (toyPass) Close()                                       {}

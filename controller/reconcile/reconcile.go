@@ -507,7 +507,7 @@ func (r *Reconciler) applyOn(ctx context.Context, svc *corev1.Service, lb *confi
 		return res
 	}
 	defer done()
-	cur, err := inst.Servers(ctx, u.Upstream)
+	p, err := inst.Begin(ctx, u.Upstream)
 	if err != nil {
 		if errors.Is(err, backend.ErrCannotHold) {
 			res.settled = true
@@ -518,17 +518,19 @@ func (r *Reconciler) applyOn(ctx context.Context, svc *corev1.Service, lb *confi
 		log.Error(err, "reading servers", "instance", inst.ID())
 		return res
 	}
+	defer p.Close()
 	res.read = true
-	if c, ok := inst.(backend.Capacity); ok {
-		res.used, res.total, res.bounded = c.Slots(u.Upstream)
+	if c, ok := p.(backend.Capacity); ok {
+		res.used, res.total, res.bounded = c.Slots()
 	}
+	cur := p.Servers()
 	r.checkLost(ctx, svc, lb, u, inst, cur, want)
 	target := want
-	if nz, ok := inst.(backend.Normalizer); ok {
-		target = nz.Normalize(u.Upstream, want)
+	if nz, ok := p.(backend.Normalizer); ok {
+		target = nz.Normalize(want)
 	}
 	changes := plan.Calculate(cur, target)
-	errs := inst.Apply(ctx, u.Upstream, changes)
+	errs := p.Apply(ctx, changes)
 	res.ok, res.settled = true, true
 	var cannot error
 	for j, ch := range changes {

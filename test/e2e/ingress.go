@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/plan"
 	"github.com/stickydrain/stickydrain/test/framework"
@@ -349,11 +350,11 @@ func (ip *ingressProxy) view(ctx context.Context) (map[netip.AddrPort]plan.State
 		if err != nil {
 			return nil, err
 		}
-		backend, err := backendNamed(ip.adminSocket, Namespace+"_web_")
+		be, err := backendNamed(ip.adminSocket, Namespace+"_web_")
 		if err != nil {
 			return nil, err
 		}
-		states, err := inst.Observe(ctx, backend)
+		states, err := backend.Read(ctx, inst, be)
 		if err != nil {
 			return nil, err
 		}
@@ -363,7 +364,7 @@ func (ip *ingressProxy) view(ctx context.Context) (map[netip.AddrPort]plan.State
 		// terminates does: the first observer reading every replica saw a
 		// terminating pod "active" on the replacement of a killed replica,
 		// while users saw nothing wrong).
-		zero, err := zeroWeight(ip.adminSocket, backend)
+		zero, err := zeroWeight(ip.adminSocket, be)
 		if err != nil {
 			return nil, err
 		}

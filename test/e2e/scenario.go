@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/stickydrain/stickydrain/api"
+	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/plan"
 	"github.com/stickydrain/stickydrain/test/nginxplus"
@@ -959,7 +960,7 @@ func (e *Env) views(ctx context.Context, serving bool) []view {
 			continue
 		}
 		inst, _ := haproxy.New(h.Address(), time.Second)
-		st, err := inst.Observe(ctx, "shop")
+		st, err := backend.Read(ctx, inst, "shop")
 		if err != nil && serving {
 			return nil
 		}

@@ -10,7 +10,12 @@ type SlotView struct {
 
 // SlotsForTest reads upstream's servers as a pass does (slots).
 func (h *Instance) SlotsForTest(ctx context.Context, upstream string) ([]SlotView, error) {
-	ss, err := h.slots(ctx, h.run, upstream)
+	sess, err := h.openSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer sess.close()
+	ss, err := h.slots(ctx, sess, upstream)
 	var out []SlotView
 	for _, s := range ss {
 		out = append(out, SlotView{Name: s.name, Free: s.free})

@@ -62,11 +62,6 @@ type Instance struct {
 	unknown AdminState
 	// versionOK: the process was found recent enough for dynamic servers.
 	versionOK bool
-	// read holds what Servers last read of each backend, and the session
-	// it read it on, for the Apply of the same pass (which takes both):
-	// the pass's changes go to the process it read, on one connection.
-	// Apply without a fresh read opens a session and reads itself.
-	read map[string]pass
 	// tls, when set, authenticates both ends (WithTLS).
 	tls *TLSFiles
 }
@@ -75,7 +70,6 @@ var (
 	_ backend.Instance    = (*Instance)(nil)
 	_ backend.Prober      = (*Instance)(nil)
 	_ backend.Marker      = (*Instance)(nil)
-	_ backend.Capacity    = (*Instance)(nil)
 	_ backend.Heartbeater = (*Instance)(nil)
 )
 
@@ -130,7 +124,7 @@ func New(addr string, timeout time.Duration, opts ...Option) (*Instance, error) 
 	if err != nil {
 		return nil, fmt.Errorf("haproxy instance %q: %w", addr, err)
 	}
-	h := &Instance{timeout: timeout, id: addr, read: map[string]pass{}, log: logr.Discard()}
+	h := &Instance{timeout: timeout, id: addr, log: logr.Discard()}
 	switch u.Scheme {
 	case "unix":
 		h.network, h.address = "unix", u.Path
@@ -192,23 +186,19 @@ func (h *Instance) run(ctx context.Context, cmds []string) ([]string, error) {
 	return outs, nil
 }
 
-// pass is a backend's slots as read, and the session that read them.
+// pass is a backend's slots as read, and the session that read them: the
+// pass's changes go to the process it read, on one connection.
 type pass struct {
-	slots []slot
-	sess  *session
-	// expire closes the session if no Apply takes it within the
-	// instance's timeout (a caller that only read): the process's
-	// Runtime API serves few connections at once.
-	expire *time.Timer
+	h        *Instance
+	upstream string
+	slots    []slot
+	sess     *session
 }
 
-// end stops the pass's expiry and closes its session.
-func (p pass) end() {
-	if p.expire != nil {
-		p.expire.Stop()
-	}
-	p.sess.close()
-}
+var (
+	_ backend.Pass     = (*pass)(nil)
+	_ backend.Capacity = (*pass)(nil)
+)
 
 type slot struct {
 	backend string
@@ -220,18 +210,11 @@ type slot struct {
 	state   plan.State
 }
 
-// runFunc sends commands and returns their answers: Instance.run (a
-// connection of their own) or session.run.
-type runFunc func(ctx context.Context, cmds []string) ([]string, error)
-
-// slots reads the backend's servers with `show servers state`: in slot
-// mode every server of the backend, in dynamic mode the ones the
+// slots reads the backend's servers with `show servers state` on sess: in
+// slot mode every server of the backend, in dynamic mode the ones the
 // controller added (named by dynamicName).
-func (h *Instance) slots(ctx context.Context, run runFunc, upstream string) ([]slot, error) {
-	if err := h.checkVersion(ctx); err != nil {
-		return nil, err
-	}
-	outs, err := run(ctx, []string{"show servers state " + upstream})
+func (h *Instance) slots(ctx context.Context, sess *session, upstream string) ([]slot, error) {
+	outs, err := sess.run(ctx, []string{"show servers state " + upstream})
 	if err != nil {
 		return nil, err
 	}
@@ -303,16 +286,31 @@ func (h *Instance) noteUnknown(upstream string, s slot) {
 	}
 }
 
-// Slots says how many of the backend's server-template slots held a
-// server when Servers last read it, of how many; not in dynamic mode.
-func (h *Instance) Slots(upstream string) (used, total int, ok bool) {
-	if h.dynamic {
-		return 0, 0, false
+// Begin reads the servers the backend's slots hold, on a session the pass
+// keeps for its Apply until Close.
+func (h *Instance) Begin(ctx context.Context, upstream string) (backend.Pass, error) {
+	if err := h.checkVersion(ctx); err != nil {
+		return nil, err
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	p, read := h.read[upstream]
-	if !read {
+	sess, err := h.openSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	slots, err := h.slots(ctx, sess, upstream)
+	if err != nil {
+		sess.close()
+		return nil, err
+	}
+	return &pass{h: h, upstream: upstream, slots: slots, sess: sess}, nil
+}
+
+// Servers is what the pass read.
+func (p *pass) Servers() map[netip.AddrPort]plan.State { return serverStates(p.slots) }
+
+// Slots says how many of the backend's server-template slots held a
+// server when the pass read it, of how many; not in dynamic mode.
+func (p *pass) Slots() (used, total int, ok bool) {
+	if p.h.dynamic {
 		return 0, 0, false
 	}
 	for _, s := range p.slots {
@@ -323,50 +321,8 @@ func (h *Instance) Slots(upstream string) (used, total int, ok bool) {
 	return used, len(p.slots), true
 }
 
-// Servers reads the servers the backend's slots hold, on a session kept
-// open for the pass's Apply.
-func (h *Instance) Servers(ctx context.Context, upstream string) (map[netip.AddrPort]plan.State, error) {
-	if err := h.checkVersion(ctx); err != nil {
-		return nil, err
-	}
-	sess, err := h.openSession(ctx)
-	if err != nil {
-		return nil, err
-	}
-	slots, err := h.slots(ctx, sess.run, upstream)
-	if err != nil {
-		sess.close()
-		return nil, err
-	}
-	expire := time.AfterFunc(h.timeout, func() {
-		h.mu.Lock()
-		held := h.read[upstream].sess == sess
-		if held {
-			delete(h.read, upstream)
-		}
-		h.mu.Unlock()
-		if held {
-			sess.close()
-		}
-	})
-	h.mu.Lock()
-	stale := h.read[upstream]
-	h.read[upstream] = pass{slots: slots, sess: sess, expire: expire}
-	h.mu.Unlock()
-	stale.end() // a pass that read and never applied
-	return serverStates(slots), nil
-}
-
-// Observe reads the servers the backend's slots hold on a connection of
-// its own, and keeps nothing: a read that begins no pass (a test's or a
-// tool's look at the instance).
-func (h *Instance) Observe(ctx context.Context, upstream string) (map[netip.AddrPort]plan.State, error) {
-	slots, err := h.slots(ctx, h.run, upstream)
-	if err != nil {
-		return nil, err
-	}
-	return serverStates(slots), nil
-}
+// Close closes the pass's session.
+func (p *pass) Close() { p.sess.close() }
 
 func serverStates(slots []slot) map[netip.AddrPort]plan.State {
 	out := map[netip.AddrPort]plan.State{}
@@ -404,29 +360,11 @@ func addrChanged(answer string) bool {
 
 // Apply makes the changes on the session the pass's read was made on (the
 // same process, one connection), in one batch.
-func (h *Instance) Apply(ctx context.Context, upstream string, changes []plan.Change) []error {
+func (p *pass) Apply(ctx context.Context, changes []plan.Change) []error {
+	h, upstream := p.h, p.upstream
 	errs := make([]error, len(changes))
-	// The pass's read is taken even when there is nothing to do, so that
-	// no backend's slots or session outlive their pass.
-	h.mu.Lock()
-	p, fresh := h.read[upstream]
-	delete(h.read, upstream)
-	h.mu.Unlock()
-	defer func() { p.end() }()
 	if len(changes) == 0 {
 		return errs
-	}
-	if !fresh {
-		var err error
-		if p.sess, err = h.openSession(ctx); err == nil {
-			p.slots, err = h.slots(ctx, p.sess.run, upstream)
-		}
-		if err != nil {
-			for i := range errs {
-				errs[i] = err
-			}
-			return errs
-		}
 	}
 	if h.dynamic {
 		h.send(ctx, p.sess, h.dynamicSteps(upstream, p.slots, changes, errs), errs)

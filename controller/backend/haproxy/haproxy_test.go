@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy/instancetest"
 	"github.com/stickydrain/stickydrain/controller/plan"
@@ -102,7 +103,7 @@ func testCookiesHold(t *testing.T, f instancetest.Flavour) {
 	if err := h1.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := instance(t, h1).Observe(context.Background(), "shop")
+	got, err := backend.Read(context.Background(), instance(t, h1), "shop")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,22 +128,22 @@ func testErrors(t *testing.T, v haproxytest.Version) {
 	i := instancetest.Instance(t, h)
 	ctx := context.Background()
 	a, b := instancetest.Pod(t, "a"), instancetest.Pod(t, "b")
-	errs := i.Apply(ctx, "shop", plan.Calculate(nil, map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active}))
+	errs := instancetest.ApplyPass(ctx, i, "shop", plan.Calculate(nil, map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active}))
 	if errs[0] != nil {
 		t.Errorf("first add: %v", errs[0])
 	}
 	if errs[1] == nil || !strings.Contains(errs[1].Error(), "no free server-template slot") {
 		t.Errorf("second add into a full backend: %v", errs[1])
 	}
-	if _, err := i.Servers(ctx, "nope"); err == nil || !strings.Contains(err.Error(), "show servers state nope") {
+	if _, err := backend.Read(ctx, i, "nope"); err == nil || !strings.Contains(err.Error(), "show servers state nope") {
 		t.Errorf("unknown backend: %v", err)
 	}
 	down, _ := haproxy.New("unix:///nonexistent/admin.sock", time.Second)
-	if _, err := down.Servers(ctx, "shop"); err == nil {
+	if _, err := backend.Read(ctx, down, "shop"); err == nil {
 		t.Error("an unreachable instance answered")
 	}
 	// Dynamic servers on a version without them: refused, naming both.
-	_, err := instancetest.Instance(t, h, haproxy.WithDynamicServers()).Servers(ctx, "shop")
+	_, err := backend.Read(ctx, instancetest.Instance(t, h, haproxy.WithDynamicServers()), "shop")
 	switch {
 	case v.AtLeast(3, 0) && err != nil:
 		t.Errorf("dynamic mode on %s: %v", v.Series, err)
@@ -176,31 +177,30 @@ func testAPassIsOneConnection(t *testing.T, f instancetest.Flavour) {
 	a, b := instancetest.Pod(t, "a"), instancetest.Pod(t, "b")
 	instancetest.Apply(t, i, map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active})
 	ctx := context.Background()
-	pass := func(desired map[netip.AddrPort]plan.State, read bool) int {
+	// pass runs one pass (Begin, Apply, Close) to desired and returns the
+	// connections it opened.
+	pass := func(desired map[netip.AddrPort]plan.State) int {
 		before := relay.Accepted()
-		cur := map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active}
-		if read {
-			var err error
-			if cur, err = i.Servers(ctx, "shop"); err != nil {
-				t.Fatal(err)
-			}
+		p, err := i.Begin(ctx, "shop")
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, err := range i.Apply(ctx, "shop", plan.Calculate(cur, desired)) {
+		errs := p.Apply(ctx, plan.Calculate(p.Servers(), desired))
+		p.Close()
+		for _, err := range errs {
 			if err != nil {
 				t.Fatal(err)
 			}
 		}
 		return relay.Accepted() - before
 	}
-	if n := pass(map[netip.AddrPort]plan.State{a: plan.Draining, b: plan.Active}, true); n != 1 {
+	if n := pass(map[netip.AddrPort]plan.State{a: plan.Draining, b: plan.Active}); n != 1 {
 		t.Errorf("a drain pass took %d Runtime API connections, want 1", n)
 	}
-	// Apply again without a read: it must not use the slots of the pass
-	// before (consumed), and reads them itself.
-	if n := pass(map[netip.AddrPort]plan.State{a: plan.Down, b: plan.Active}, false); n != 1 {
-		t.Errorf("an Apply without a read took %d Runtime API connections, want 1 (the read and the change on it)", n)
+	if n := pass(map[netip.AddrPort]plan.State{a: plan.Down, b: plan.Active}); n != 1 {
+		t.Errorf("a pass taking a server down took %d Runtime API connections, want 1", n)
 	}
-	got, err := i.Observe(ctx, "shop")
+	got, err := backend.Read(ctx, i, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func testAPassIsOneConnection(t *testing.T, f instancetest.Flavour) {
 	// new addresses on the same connection (from 3.0 they land a moment
 	// after their answer).
 	c := instancetest.Pod(t, "c")
-	if n := pass(map[netip.AddrPort]plan.State{b: plan.Active, c: plan.Active}, true); n != 1 {
+	if n := pass(map[netip.AddrPort]plan.State{b: plan.Active, c: plan.Active}); n != 1 {
 		t.Errorf("a pass adding and removing servers took %d Runtime API connections, want 1", n)
 	}
 }
@@ -231,7 +231,7 @@ func testAPassStaysOnItsProcess(t *testing.T, f instancetest.Flavour) {
 	a, b := instancetest.Pod(t, "a"), instancetest.Pod(t, "b")
 	instancetest.Apply(t, i, map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active})
 	ctx := context.Background()
-	cur, err := i.Servers(ctx, "shop")
+	p, err := i.Begin(ctx, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,8 @@ func testAPassStaysOnItsProcess(t *testing.T, f instancetest.Flavour) {
 		t.Fatal(err)
 	}
 	desired := map[netip.AddrPort]plan.State{a: plan.Draining, b: plan.Active}
-	errs := i.Apply(ctx, "shop", plan.Calculate(cur, desired))
+	errs := p.Apply(ctx, plan.Calculate(p.Servers(), desired))
+	p.Close()
 	failed := 0
 	for _, err := range errs {
 		if err != nil {
@@ -249,34 +250,28 @@ func testAPassStaysOnItsProcess(t *testing.T, f instancetest.Flavour) {
 	if len(errs) == 0 || failed != len(errs) {
 		t.Fatalf("an Apply after its process was replaced: %d of %d changes failed, want all (%v)", failed, len(errs), errs)
 	}
-	if got, err := i.Observe(ctx, "shop"); err != nil || len(got) != 0 {
+	if got, err := backend.Read(ctx, i, "shop"); err != nil || len(got) != 0 {
 		t.Fatalf("the new process holds %v (%v) after the failed Apply, want nothing written to it", got, err)
 	}
 	instancetest.Apply(t, i, desired)
 }
 
-// A read that no Apply follows (a caller that only looks) gives its
-// connection back within the instance's timeout: HAProxy serves 10
-// Runtime API connections at once by default, and a held one is one
-// fewer for the passes. Fifteen readers that never apply, each on an
-// Instance of its own, all get their answer: the first ten take every
-// connection and hold each for their timeout (500 ms), the last five wait
-// for them with a longer one (a busy machine delays the release by some
-// milliseconds; an equal timeout made that a race).
-func TestAReadWithoutApplyGivesItsConnectionBack(t *testing.T) {
+// A pass holds one Runtime API connection until it is closed, applied or
+// not: HAProxy serves 10 at once by default, and a held one is one fewer
+// for the other passes. Fifteen read-only passes one after another, each
+// on an Instance of its own with a 500 ms timeout, all get their answer
+// (a pass that kept its connection would leave the eleventh waiting past
+// its timeout).
+func TestAClosedPassGivesItsConnectionBack(t *testing.T) {
 	h := haproxytest.Start(t, "k", haproxytest.Backend{Name: "shop", Slots: 4})
 	ctx := context.Background()
 	for n := range 15 {
-		timeout := 500 * time.Millisecond
-		if n >= 10 {
-			timeout = 5 * time.Second
-		}
-		i, err := haproxy.New(h.Address(), timeout)
+		i, err := haproxy.New(h.Address(), 500*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		if _, err := i.Servers(ctx, "shop"); err != nil {
+		if _, err := backend.Read(ctx, i, "shop"); err != nil {
 			t.Fatalf("reader %d (after %v): %v", n+1, time.Since(start).Round(time.Millisecond), err)
 		}
 	}

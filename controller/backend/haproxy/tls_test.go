@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy/instancetest"
 	"net"
@@ -71,10 +72,10 @@ func TestTheRuntimeAPIOnTCPNeedsTheClientCertificate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := errors.Join(good.Apply(ctx, "shop", plan.Calculate(nil, want))...); err != nil {
+			if err := errors.Join(instancetest.ApplyPass(ctx, good, "shop", plan.Calculate(nil, want))...); err != nil {
 				t.Fatalf("with the client certificate: %v", err)
 			}
-			if got, err := good.Servers(ctx, "shop"); err != nil || got[server] != plan.Active {
+			if got, err := backend.Read(ctx, good, "shop"); err != nil || got[server] != plan.Active {
 				t.Fatalf("with the client certificate: servers %v, %v", got, err)
 			}
 			// By the Service's DNS name, as a controller finding pods does.
@@ -82,7 +83,7 @@ func TestTheRuntimeAPIOnTCPNeedsTheClientCertificate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := named.Servers(ctx, "shop"); err != nil {
+			if _, err := backend.Read(ctx, named, "shop"); err != nil {
 				t.Errorf("by the server name: %v", err)
 			}
 
@@ -90,18 +91,18 @@ func TestTheRuntimeAPIOnTCPNeedsTheClientCertificate(t *testing.T) {
 				"plain TCP":                          instancetest.New(t, "tcp://"+addr),
 				"a client certificate of another CA": instancetest.New(t, "tcp://"+addr, haproxy.WithTLS(haproxy.TLSFiles{CAFile: caFile, CertFile: otherCertFile, KeyFile: otherKeyFile})),
 			} {
-				err := errors.Join(c.Apply(ctx, "shop", plan.Calculate(want, map[netip.AddrPort]plan.State{server: plan.Draining}))...)
+				err := errors.Join(instancetest.ApplyPass(ctx, c, "shop", plan.Calculate(want, map[netip.AddrPort]plan.State{server: plan.Draining}))...)
 				if err == nil {
 					t.Errorf("%s: a drain was applied", name)
 				}
 			}
 			// Nothing changed it.
-			if got, err := good.Servers(ctx, "shop"); err != nil || got[server] != plan.Active {
+			if got, err := backend.Read(ctx, good, "shop"); err != nil || got[server] != plan.Active {
 				t.Errorf("after the refused clients: %v, %v; want %s still active", got, err, server)
 			}
 			// A client that does not trust HAProxy's certificate stops
 			// before it sends anything.
-			if _, err := instancetest.New(t, "tcp://"+addr, haproxy.WithTLS(haproxy.TLSFiles{CAFile: write("other-ca.crt", other.CACert), CertFile: certFile, KeyFile: keyFile})).Servers(ctx, "shop"); err == nil || !strings.Contains(err.Error(), "certificate") {
+			if _, err := backend.Read(ctx, instancetest.New(t, "tcp://"+addr, haproxy.WithTLS(haproxy.TLSFiles{CAFile: write("other-ca.crt", other.CACert), CertFile: certFile, KeyFile: keyFile})), "shop"); err == nil || !strings.Contains(err.Error(), "certificate") {
 				t.Errorf("a server certificate of an unknown CA: %v", err)
 			}
 		})

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stickydrain/stickydrain/certs"
+	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/plan"
 	"github.com/stickydrain/stickydrain/test/nginxplus"
@@ -88,7 +89,7 @@ func TestTheAPIBehindClientCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if errs := bare.Apply(ctx, "shop", drainB); errs[0] == nil {
+	if errs := apply(ctx, bare, "shop", drainB); errs[0] == nil {
 		t.Error("a client without a certificate drained a server")
 	}
 	oc, ok := clientCert(t, other, "intruder")
@@ -97,10 +98,10 @@ func TestTheAPIBehindClientCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if errs := stranger.Apply(ctx, "shop", drainB); errs[0] == nil {
+	if errs := apply(ctx, stranger, "shop", drainB); errs[0] == nil {
 		t.Error("a client with another CA's certificate drained a server")
 	}
-	got, err := n.Servers(ctx, "shop")
+	got, err := backend.Read(ctx, n, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func TestTheAPIBehindClientCertificates(t *testing.T) {
 	write("tls.key", key2)
 	srv.CloseClientConnections()
 	n.http.CloseIdleConnections()
-	if errs := n.Apply(ctx, "shop", drainB); errs[0] != nil {
+	if errs := apply(ctx, n, "shop", drainB); errs[0] != nil {
 		t.Fatalf("draining with the renewed certificate: %v", errs[0])
 	}
 	mu.Lock()
@@ -131,7 +132,7 @@ func TestTheAPIBehindClientCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := misnamed.Servers(ctx, "shop"); err == nil || !strings.Contains(err.Error(), "certificate") {
+	if _, err := backend.Read(ctx, misnamed, "shop"); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("a certificate not naming serverName was accepted: %v", err)
 	}
 

@@ -51,7 +51,6 @@ type Instance struct {
 	c      *client.NginxClient
 	// version is the API version negotiated with c; patch speaks it too.
 	version int
-	stream  map[string]bool // upstream → is a stream upstream
 	gen     uint64
 	loaded  string
 	restart int
@@ -69,7 +68,8 @@ const restartCheckEvery = 5 * time.Second
 var (
 	_ backend.Instance   = (*Instance)(nil)
 	_ backend.Prober     = (*Instance)(nil)
-	_ backend.Normalizer = (*Instance)(nil)
+	_ backend.Pass       = (*pass)(nil)
+	_ backend.Normalizer = (*pass)(nil)
 )
 
 // New returns the instance at addr with lb's options.
@@ -135,7 +135,6 @@ func New(addr string, lb config.LoadBalancer) (*Instance, error) {
 		id:     addr,
 		http:   &http.Client{Timeout: lb.Timeout.Duration, Transport: headerTransport{tr, hdr}},
 		pinned: o.APIVersion,
-		stream: map[string]bool{},
 
 		checkEvery: restartCheckEvery,
 	}, nil
@@ -320,12 +319,38 @@ func (n *Instance) Identity(ctx context.Context) (string, error) {
 	return fmt.Sprintf("generation %d loaded %s", info.Generation, info.LoadTimestamp), nil
 }
 
-// Servers reads the upstream's servers (an http upstream, else a stream
+// pass is one upstream's servers as read, and whether it is a stream
+// upstream (which has no drain).
+type pass struct {
+	n        *Instance
+	upstream string
+	stream   bool
+	servers  map[netip.AddrPort]plan.State
+}
+
+// Begin reads the upstream's servers (an http upstream, else a stream
 // one), after checking /nginx for a restart.
-func (n *Instance) Servers(ctx context.Context, upstream string) (map[netip.AddrPort]plan.State, error) {
+func (n *Instance) Begin(ctx context.Context, upstream string) (backend.Pass, error) {
+	p := &pass{n: n, upstream: upstream}
+	var err error
+	if p.servers, p.stream, err = n.servers(ctx, upstream); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Servers is what the pass read.
+func (p *pass) Servers() map[netip.AddrPort]plan.State { return p.servers }
+
+// Close does nothing: every API call is a request of its own.
+func (p *pass) Close() {}
+
+// servers reads the upstream's servers and whether it is a stream
+// upstream.
+func (n *Instance) servers(ctx context.Context, upstream string) (map[netip.AddrPort]plan.State, bool, error) {
 	c, err := n.client(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if n.checkDue() {
 		if info, err := c.GetNginxInfo(ctx); err == nil {
@@ -347,30 +372,24 @@ func (n *Instance) Servers(ctx context.Context, upstream string) (map[netip.Addr
 			if errCode(serr) == "UpstreamNotFound" {
 				serr = fmt.Errorf("%w: %w", serr, backend.ErrCannotHold)
 			}
-			return nil, fmt.Errorf("nginx-plus %s: upstream %s is neither an http nor a stream upstream: %w", n.id, upstream, serr)
+			return nil, false, fmt.Errorf("nginx-plus %s: upstream %s is neither an http nor a stream upstream: %w", n.id, upstream, serr)
 		}
-		n.mu.Lock()
-		n.stream[upstream] = true
-		n.mu.Unlock()
 		for _, s := range streams {
 			if a, ok := parse(s.Server); ok {
 				out[a] = state(false, ptr.Deref(s.Down, false))
 			}
 		}
-		return out, nil
+		return out, true, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("nginx-plus %s: %w", n.id, err)
+		return nil, false, fmt.Errorf("nginx-plus %s: %w", n.id, err)
 	}
 	for _, s := range servers {
 		if a, ok := parse(s.Server); ok {
 			out[a] = state(s.Drain, ptr.Deref(s.Down, false))
 		}
 	}
-	n.mu.Lock()
-	n.stream[upstream] = false
-	n.mu.Unlock()
-	return out, nil
+	return out, false, nil
 }
 
 func parse(s string) (netip.AddrPort, bool) {
@@ -392,11 +411,8 @@ func state(drain, down bool) plan.State {
 }
 
 // Normalize maps draining to down on stream upstreams, which have no drain.
-func (n *Instance) Normalize(upstream string, desired map[netip.AddrPort]plan.State) map[netip.AddrPort]plan.State {
-	n.mu.Lock()
-	stream := n.stream[upstream]
-	n.mu.Unlock()
-	if !stream {
+func (p *pass) Normalize(desired map[netip.AddrPort]plan.State) map[netip.AddrPort]plan.State {
+	if !p.stream {
 		return desired
 	}
 	out := make(map[netip.AddrPort]plan.State, len(desired))
@@ -413,7 +429,8 @@ func (n *Instance) Normalize(upstream string, desired map[netip.AddrPort]plan.St
 // Servers are found by address: the IDs are read once per Apply, right
 // before its first write, never taken from an earlier read (a reload
 // renumbers them), and read again whenever an answer shows they moved.
-func (n *Instance) Apply(ctx context.Context, upstream string, changes []plan.Change) []error {
+func (p *pass) Apply(ctx context.Context, changes []plan.Change) []error {
+	n, upstream, stream := p.n, p.upstream, p.stream
 	errs := make([]error, len(changes))
 	if len(changes) == 0 {
 		return errs
@@ -425,9 +442,6 @@ func (n *Instance) Apply(ctx context.Context, upstream string, changes []plan.Ch
 		}
 		return errs
 	}
-	n.mu.Lock()
-	stream := n.stream[upstream]
-	n.mu.Unlock()
 	ids := &serverIDs{c: c, upstream: upstream}
 	for i, ch := range changes {
 		if stream {

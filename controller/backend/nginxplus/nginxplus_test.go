@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/plan"
 	"github.com/stickydrain/stickydrain/test/nginxplus"
@@ -48,23 +49,46 @@ func lb(o *config.NGINXPlusOptions) config.LoadBalancer {
 func converge(t *testing.T, n *Instance, upstream string, desired map[netip.AddrPort]plan.State) {
 	t.Helper()
 	ctx := context.Background()
-	cur, err := n.Servers(ctx, upstream)
+	p, err := n.Begin(ctx, upstream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	target := n.Normalize(upstream, desired)
-	for _, err := range n.Apply(ctx, upstream, plan.Calculate(cur, target)) {
+	target := p.(backend.Normalizer).Normalize(desired)
+	errs := p.Apply(ctx, plan.Calculate(p.Servers(), target))
+	p.Close()
+	for _, err := range errs {
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	got, err := n.Servers(ctx, upstream)
+	got, err := backend.Read(ctx, n, upstream)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(target, got, cmpopts.EquateComparable(netip.AddrPort{})); diff != "" {
 		t.Fatalf("after apply (-want +got):\n%s", diff)
 	}
+}
+
+// applyPass applies changes on p and closes it.
+func applyPass(ctx context.Context, p backend.Pass, changes []plan.Change) []error {
+	defer p.Close()
+	return p.Apply(ctx, changes)
+}
+
+// apply makes changes in a pass of its own; each change fails with
+// Begin's error when the read does.
+func apply(ctx context.Context, n *Instance, upstream string, changes []plan.Change) []error {
+	p, err := n.Begin(ctx, upstream)
+	if err != nil {
+		errs := make([]error, len(changes))
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	defer p.Close()
+	return p.Apply(ctx, changes)
 }
 
 func TestHTTPUpstreamLifecycle(t *testing.T) {
@@ -99,11 +123,11 @@ func TestADrainIsAReadByAddressAndOnePATCH(t *testing.T) {
 	converge(t, n, "shop", map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active})
 	ctx := context.Background()
 	before := e.Requests()
-	cur, err := n.Servers(ctx, "shop")
+	p, err := n.Begin(ctx, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, err := range n.Apply(ctx, "shop", plan.Calculate(cur, map[netip.AddrPort]plan.State{a: plan.Draining, b: plan.Active})) {
+	for _, err := range applyPass(ctx, p, plan.Calculate(p.Servers(), map[netip.AddrPort]plan.State{a: plan.Draining, b: plan.Active})) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,11 +150,11 @@ func TestRemovalsReadTheIDsOnce(t *testing.T) {
 	converge(t, n, "shop", map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active, c: plan.Active})
 	ctx := context.Background()
 	before := e.Requests()
-	cur, err := n.Servers(ctx, "shop")
+	p, err := n.Begin(ctx, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, err := range n.Apply(ctx, "shop", plan.Calculate(cur, map[netip.AddrPort]plan.State{c: plan.Active})) {
+	for _, err := range applyPass(ctx, p, plan.Calculate(p.Servers(), map[netip.AddrPort]plan.State{c: plan.Active})) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,13 +176,13 @@ func TestADrainSurvivesAStaleID(t *testing.T) {
 	other, _ := New(url, lb(nil))
 	converge(t, n, "shop", map[netip.AddrPort]plan.State{a: plan.Active})
 	ctx := context.Background()
-	cur, err := n.Servers(ctx, "shop")
+	p, err := n.Begin(ctx, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}
 	converge(t, other, "shop", map[netip.AddrPort]plan.State{})
 	converge(t, other, "shop", map[netip.AddrPort]plan.State{a: plan.Active})
-	for _, err := range n.Apply(ctx, "shop", plan.Calculate(cur, map[netip.AddrPort]plan.State{a: plan.Draining})) {
+	for _, err := range applyPass(ctx, p, plan.Calculate(p.Servers(), map[netip.AddrPort]plan.State{a: plan.Draining})) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,13 +204,13 @@ func TestADrainFindsTheServerByAddressAfterARenumbering(t *testing.T) {
 	c := netip.MustParseAddrPort("198.18.0.3:8080")
 	converge(t, n, "shop", map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Active, c: plan.Active})
 	ctx := context.Background()
-	cur, err := n.Servers(ctx, "shop") // IDs a 0, b 1, c 2
+	p, err := n.Begin(ctx, "shop") // IDs a 0, b 1, c 2
 	if err != nil {
 		t.Fatal(err)
 	}
 	converge(t, other, "shop", map[netip.AddrPort]plan.State{b: plan.Active, c: plan.Active})
 	e.Reload() // b 0, c 1: ID 1, read as b's, is now c's
-	for _, err := range n.Apply(ctx, "shop", plan.Calculate(cur, map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Draining, c: plan.Active})) {
+	for _, err := range applyPass(ctx, p, plan.Calculate(p.Servers(), map[netip.AddrPort]plan.State{a: plan.Active, b: plan.Draining, c: plan.Active})) {
 		if err != nil {
 			t.Errorf("the drain of b after a renumbering: %v", err)
 		}
@@ -262,11 +286,11 @@ func TestAWriteRacingARenumberingIsRepaired(t *testing.T) {
 	}
 	t.Run("patch", func(t *testing.T) {
 		e, n, _ := start(t, plan.Active)
-		cur, err := n.Servers(ctx, "shop")
+		p, err := n.Begin(ctx, "shop")
 		if err != nil {
 			t.Fatal(err)
 		}
-		errs := n.Apply(ctx, "shop", plan.Calculate(cur, map[netip.AddrPort]plan.State{b: plan.Draining, c: plan.Active}))
+		errs := applyPass(ctx, p, plan.Calculate(p.Servers(), map[netip.AddrPort]plan.State{b: plan.Draining, c: plan.Active}))
 		if len(errs) != 1 || errs[0] == nil || !strings.Contains(errs[0].Error(), c.String()) {
 			t.Errorf("a drain of b racing a renumbering returned %v; want an error naming %s, the server the ID named", errs, c)
 		}
@@ -280,11 +304,11 @@ func TestAWriteRacingARenumberingIsRepaired(t *testing.T) {
 	})
 	t.Run("delete", func(t *testing.T) {
 		e, n, _ := start(t, plan.Draining)
-		cur, err := n.Servers(ctx, "shop")
+		p, err := n.Begin(ctx, "shop")
 		if err != nil {
 			t.Fatal(err)
 		}
-		errs := n.Apply(ctx, "shop", plan.Calculate(cur, map[netip.AddrPort]plan.State{c: plan.Draining}))
+		errs := applyPass(ctx, p, plan.Calculate(p.Servers(), map[netip.AddrPort]plan.State{c: plan.Draining}))
 		if len(errs) != 1 || errs[0] == nil || !strings.Contains(errs[0].Error(), c.String()) {
 			t.Errorf("a removal of b racing a renumbering returned %v; want an error naming %s, the server deleted by mistake", errs, c)
 		}
@@ -324,14 +348,14 @@ func TestRestartIsDetectedAndRepaired(t *testing.T) {
 func TestVersionNegotiation(t *testing.T) {
 	_, url := emulator(t, nginxplus.Options{MaxVersion: 6, Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop"}}}, nil)
 	n, _ := New(url, lb(nil))
-	if _, err := n.Servers(context.Background(), "shop"); err != nil {
+	if _, err := backend.Read(context.Background(), n, "shop"); err != nil {
 		t.Fatalf("negotiating against an API offering 1–6: %v", err)
 	}
 	if v := n.c.Version(); v != 6 {
 		t.Errorf("negotiated %d, want 6", v)
 	}
 	pinned, _ := New(url, lb(&config.NGINXPlusOptions{APIVersion: 9}))
-	if _, err := pinned.Servers(context.Background(), "shop"); err == nil || !strings.Contains(err.Error(), "no common API version") {
+	if _, err := backend.Read(context.Background(), pinned, "shop"); err == nil || !strings.Contains(err.Error(), "no common API version") {
 		t.Errorf("pinned 9 against 1–6: %v", err)
 	}
 }
@@ -358,7 +382,7 @@ func TestCredentialsFromFiles(t *testing.T) {
 	}
 	converge(t, n, "shop", map[netip.AddrPort]plan.State{a: plan.Active})
 	bare, _ := New(url, lb(nil))
-	if _, err := bare.Servers(context.Background(), "shop"); err == nil {
+	if _, err := backend.Read(context.Background(), bare, "shop"); err == nil {
 		t.Error("an unauthenticated client got through")
 	}
 }
@@ -367,11 +391,11 @@ func TestErrors(t *testing.T) {
 	e, url := emulator(t, nginxplus.Options{Upstreams: []nginxplus.Upstream{{Name: "shop", Zone: "shop"}}}, nil)
 	n, _ := New(url, lb(nil))
 	ctx := context.Background()
-	if _, err := n.Servers(ctx, "nope"); err == nil || !strings.Contains(err.Error(), "neither an http nor a stream upstream") {
+	if _, err := backend.Read(ctx, n, "nope"); err == nil || !strings.Contains(err.Error(), "neither an http nor a stream upstream") {
 		t.Errorf("unknown upstream: %v", err)
 	}
 	e.SetWritable(false)
-	errs := n.Apply(ctx, "shop", []plan.Change{{Op: plan.OpAdd, Addr: a, State: plan.Active}})
+	errs := apply(ctx, n, "shop", []plan.Change{{Op: plan.OpAdd, Addr: a, State: plan.Active}})
 	if errs[0] == nil || !strings.Contains(errs[0].Error(), "MethodDisabled") {
 		t.Errorf("write=off: %v", errs[0])
 	}
@@ -394,7 +418,7 @@ func TestTLSWithCAFile(t *testing.T) {
 	}
 	converge(t, n, "shop", map[netip.AddrPort]plan.State{a: plan.Active})
 	untrusting, _ := New(srv.URL+"/api", lb(nil))
-	if _, err := untrusting.Servers(context.Background(), "shop"); err == nil {
+	if _, err := backend.Read(context.Background(), untrusting, "shop"); err == nil {
 		t.Error("an unknown certificate was accepted without caFile")
 	}
 }

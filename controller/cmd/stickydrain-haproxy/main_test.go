@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/internal/cmdline/cmdlinetest"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
@@ -78,7 +79,7 @@ func TestTheSystemdDropInReloadsKeepingTheDrain(t *testing.T) {
 	if after == before {
 		t.Fatal("no new worker after the drop-in's reload")
 	}
-	got, err := inst.Observe(ctx, "shop")
+	got, err := backend.Read(ctx, inst, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestAReadyMapNotLoadedIsAWarning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := inst.Observe(ctx, "shop"); err != nil || len(got) != 1 {
+	if got, err := backend.Read(ctx, inst, "shop"); err != nil || len(got) != 1 {
 		t.Errorf("after the reload: %v %v, want the one server kept", got, err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/stickydrain/stickydrain/certs"
+	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/plan"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
@@ -75,22 +76,39 @@ func (f Flavour) Instance(t testing.TB, h *haproxytest.HAProxy) *haproxy.Instanc
 func Apply(t testing.TB, i *haproxy.Instance, desired map[netip.AddrPort]plan.State) {
 	t.Helper()
 	ctx := context.Background()
-	cur, err := i.Servers(ctx, "shop")
+	p, err := i.Begin(ctx, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, err := range i.Apply(ctx, "shop", plan.Calculate(cur, desired)) {
+	errs := p.Apply(ctx, plan.Calculate(p.Servers(), desired))
+	p.Close()
+	for _, err := range errs {
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	got, err := i.Observe(ctx, "shop")
+	got, err := backend.Read(ctx, i, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(desired, got, cmpopts.EquateComparable(netip.AddrPort{})); diff != "" {
 		t.Fatalf("servers after apply (-want +got):\n%s", diff)
 	}
+}
+
+// ApplyPass makes changes in a pass of its own (Begin, Apply, Close);
+// each change fails with Begin's error when the read does.
+func ApplyPass(ctx context.Context, i backend.Instance, upstream string, changes []plan.Change) []error {
+	p, err := i.Begin(ctx, upstream)
+	if err != nil {
+		errs := make([]error, len(changes))
+		for j := range errs {
+			errs[j] = err
+		}
+		return errs
+	}
+	defer p.Close()
+	return p.Apply(ctx, changes)
 }
 
 // Get returns who answered a GET / through h (or "status N") and the SRV

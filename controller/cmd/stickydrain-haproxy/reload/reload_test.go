@@ -3,6 +3,7 @@ package reload
 import (
 	"context"
 	"fmt"
+	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy/instancetest"
 	"net/http"
@@ -138,7 +139,7 @@ func testReloadKeeps(t *testing.T, f instancetest.Flavour) {
 		if after == before {
 			t.Fatalf("reload %d: still the worker %s", n+1, before)
 		}
-		got, err := i.Observe(ctx, "shop")
+		got, err := backend.Read(ctx, i, "shop")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +179,7 @@ func testReloadKeeps(t *testing.T, f instancetest.Flavour) {
 		t.Fatal(err)
 	}
 	waitNewWorker(t, i, ctx)
-	got, err := i.Observe(ctx, "shop")
+	got, err := backend.Read(ctx, i, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +452,7 @@ func testTheSample(t *testing.T, v haproxytest.Version) {
 	if err := Reload(ctx, local, "unix://"+filepath.Join(dir, "master.sock"), filepath.Join(dir, "server-state")); err != nil {
 		t.Fatalf("%v\n%s", err, haproxyLog())
 	}
-	got, err := i.Observe(ctx, "shop")
+	got, err := backend.Read(ctx, i, "shop")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package manifests_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -11,12 +10,9 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
-)
 
-// promtool is the Prometheus release whose promtool runs the alerts' unit
-// tests: built from its module by `go run` and cached by Go like any
-// module (the first run takes about 3.5 minutes here).
-const promtool = "github.com/prometheus/prometheus/cmd/promtool@v0.316.0"
+	"github.com/stickydrain/stickydrain/test/promtool"
+)
 
 // TestAlertRules runs promtool's unit tests of the shipped alerts
 // (monitoring/testdata/alerts-test.yaml: each alert firing and not) on the
@@ -65,7 +61,10 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	for _, args := range [][]string{{"check", "rules", "rules.yaml"}, {"test", "rules", "alerts-test.yaml"}} {
-		cmd := exec.Command("go", append([]string{"run", promtool}, args...)...)
+		cmd, err := promtool.Command(args...)
+		if err != nil {
+			t.Fatal(err)
+		}
 		cmd.Dir = dir
 		out, err := cmd.CombinedOutput()
 		t.Logf("promtool %s:\n%s", strings.Join(args, " "), out)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/drivers"
 	"github.com/stickydrain/stickydrain/test/manifests"
+	"github.com/stickydrain/stickydrain/test/promtool"
 )
 
 const (
@@ -834,7 +834,10 @@ func TestTheAlertsAreValues(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), body, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("go", "run", "github.com/prometheus/prometheus/cmd/promtool@v0.316.0", "check", "rules", "rules.yaml")
+	cmd, err := promtool.Command("check", "rules", "rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("promtool check rules on the rendered alerts: %v\n%s", err, out)

@@ -23,7 +23,8 @@
 #               e.g. ghcr.io/stickydrain
 #   VERSION     the release's tag, v<major>.<minor>.<patch>[-<pre>] (needed)
 #   PLATFORMS   the images' platforms (default linux/amd64,linux/arm64)
-#   DIST        where each step's files go (default dist)
+#   DIST        where each step's files go (default dist); the tools' own
+#               output goes to DIST/release.log
 #   COSIGN_KEY, COSIGN_PUB
 #               set: sign with this private key (COSIGN_PASSWORD as cosign
 #               reads it) and verify with its public key, no transparency
@@ -54,6 +55,28 @@ DIST="$(mkdir -p "${DIST:-dist}" && cd "${DIST:-dist}" && pwd)"
 images=(stickydrain drainctl)
 
 log() { echo "release.sh: $*" >&2; }
+
+# into FILE CMD...: runs CMD with its output in FILE and its messages in
+# DIST/release.log, shown when it fails.
+into() {
+	local file=$1
+	shift
+	if ! "$@" >"$file" 2>>"$DIST/release.log"; then
+		echo "release.sh: failed: $*; the end of $DIST/release.log:" >&2
+		tail -40 "$DIST/release.log" >&2
+		return 1
+	fi
+}
+
+# quiet CMD...: runs CMD with its output in DIST/release.log (cosign's,
+# Helm's and the builds' chatter), shown when it fails.
+quiet() {
+	if ! "$@" >>"$DIST/release.log" 2>&1; then
+		echo "release.sh: failed: $*; the end of $DIST/release.log:" >&2
+		tail -40 "$DIST/release.log" >&2
+		return 1
+	fi
+}
 
 # cosign, at the version tools/release/go.mod pins.
 cosign="${COSIGN:-$(tools/release/cosign.sh)}"
@@ -95,24 +118,25 @@ ref() {
 }
 
 step_images() {
-	make --no-print-directory images VERSION="$VERSION" REPO="$REPO" PLATFORMS="$PLATFORMS" IMAGES="$(
+	log "building the images for $PLATFORMS"
+	quiet make --no-print-directory images VERSION="$VERSION" REPO="$REPO" PLATFORMS="$PLATFORMS" IMAGES="$(
 		IFS=,
 		echo "${images[*]}"
-	)" >&2
-	(cd tools/images && go run . push --out "$root/bin/images" --repo "$REPO" --images "$(
+	)"
+	into "$DIST/images.txt" go -C tools/images run . push --out "$root/bin/images" --repo "$REPO" --images "$(
 		IFS=,
 		echo "${images[*]}"
-	)") >"$DIST/images.txt"
-	(cd tools/images && go run . sbom --out "$root/bin/images" --dest "$DIST" --images "$(
+	)"
+	quiet go -C tools/images run . sbom --out "$root/bin/images" --dest "$DIST" --images "$(
 		IFS=,
 		echo "${images[*]}"
-	)") >&2
+	)"
 	for name in "${images[@]}"; do
 		local r
 		r="$(ref "$name")"
 		log "attesting $name's SBOM and signing $r"
-		"$cosign" attest "${sign_flags[@]}" "${registry_flags[@]}" --type spdxjson --predicate "$DIST/$name.spdx.json" "$r" >&2
-		"$cosign" sign "${sign_flags[@]}" "${registry_flags[@]}" "$r" >&2
+		quiet "$cosign" attest "${sign_flags[@]}" "${registry_flags[@]}" --type spdxjson --predicate "$DIST/$name.spdx.json" "$r"
+		quiet "$cosign" sign "${sign_flags[@]}" "${registry_flags[@]}" "$r"
 	done
 	cat "$DIST/images.txt"
 }
@@ -130,10 +154,11 @@ chart_args() {
 step_chart() {
 	local args chart
 	mapfile -t args < <(chart_args)
-	"$chart_tool" publish --tag "$VERSION" --repo "$REPO" --out "$DIST" "${args[@]}" >"$DIST/chart.txt"
+	log "pinning, packaging and pushing the chart"
+	into "$DIST/chart.txt" "$chart_tool" publish --tag "$VERSION" --repo "$REPO" --out "$DIST" "${args[@]}"
 	chart="$(cat "$DIST/chart.txt")"
 	log "signing the chart $chart"
-	"$cosign" sign "${sign_flags[@]}" "${registry_flags[@]}" "$chart" >&2
+	quiet "$cosign" sign "${sign_flags[@]}" "${registry_flags[@]}" "$chart"
 	echo "$chart"
 }
 
@@ -141,14 +166,14 @@ step_verify() {
 	local name r chart args
 	for name in "${images[@]}"; do
 		r="$(ref "$name")"
-		"$cosign" verify "${verify_flags[@]}" "${registry_flags[@]}" "$r" >/dev/null
-		"$cosign" verify-attestation "${verify_flags[@]}" "${registry_flags[@]}" --type spdxjson "$r" >/dev/null
+		quiet "$cosign" verify "${verify_flags[@]}" "${registry_flags[@]}" "$r"
+		quiet "$cosign" verify-attestation "${verify_flags[@]}" "${registry_flags[@]}" --type spdxjson "$r"
 		echo "$r verified: signature, SPDX SBOM attestation"
 	done
 	chart="$(cat "$DIST/chart.txt")"
 	mapfile -t args < <(chart_args)
-	"$chart_tool" verify --chart "$chart" "${args[@]}" >/dev/null
-	"$cosign" verify "${verify_flags[@]}" "${registry_flags[@]}" "$chart" >/dev/null
+	quiet "$chart_tool" verify --chart "$chart" "${args[@]}"
+	quiet "$cosign" verify "${verify_flags[@]}" "${registry_flags[@]}" "$chart"
 	echo "$chart verified: signature, pins $(ref stickydrain) and $(ref drainctl)"
 }
 

@@ -93,13 +93,13 @@ test: deps test-parts ## Unit, integration and end-to-end tests (-race) on a rea
 	@# back on what the machine has. Lanes at once (test/tools/test-lanes.sh):
 	@# test/e2e in one, every other package one at a time (-p 1) in the other.
 	k8s="$$(test/tools/build.sh)" && haproxy="$$(test/tools/haproxy.sh)" && peers="$$(test/peers/build.sh)" && \
-	  containerd="$$(test/tools/containerd.sh)" && promtool="$$(test/tools/promtool.sh)" && \
+	  containerd="$$(test/tools/containerd.sh)" && \
 	  STICKYDRAIN_K8S_BINS="$$k8s" STICKYDRAIN_HAPROXY="$$haproxy" STICKYDRAIN_PEERS="$$peers" STICKYDRAIN_CONTAINERD="$$containerd" \
-	  STICKYDRAIN_PROMTOOL="$$promtool" STICKYDRAIN_IMAGES="$(abspath $(BIN))/test-images" test/tools/test-lanes.sh "$(GO)" $(TEST_TIMEOUT) $(PKGS)
+	  STICKYDRAIN_IMAGES="$(abspath $(BIN))/test-images" test/tools/test-lanes.sh "$(GO)" $(TEST_TIMEOUT) $(PKGS)
 
 .PHONY: test-parts
-test-parts: deps ## Build what the tests run (control plane and kubelet, containerd, HAProxy versions, ingress controllers, test images, promtool) at once: cold, their downloads and links overlap the others' compiles.
-	@$(MAKE) --no-print-directory -j5 k8s-bins containerd haproxy-versions peers test-images promtool
+test-parts: deps ## Build what the tests run (control plane and kubelet, containerd, HAProxy versions, ingress controllers, test images) at once: cold, their downloads and links overlap the others' compiles.
+	@$(MAKE) --no-print-directory -j5 k8s-bins containerd haproxy-versions peers test-images
 
 .PHONY: soak
 soak: deps k8s-bins haproxy-versions peers ## Chaos soak: sticky users, rollouts and random faults, rotating through every flavour (HAProxy 2.6/3.0/3.2 slots and dynamic with the NGINX Plus emulators, haproxy-ingress, Traefik) for DURATION in all (default 30m; make test runs 40 s each); FLAVOURS=haproxy-3.2-dynamic,traefik picks some. The per-flavour table goes to soak-table.md.
@@ -119,9 +119,9 @@ test-unit: ## Tier 1: the tests that need no control plane (-short), in a minute
 .PHONY: test-integration
 test-integration: deps test-parts ## Tier 2: every test but the end-to-end scenarios: the packages' tests on a real control plane, HAProxy, the NGINX Plus emulator and the real node, and the tools modules'.
 	k8s="$$(test/tools/build.sh)" && haproxy="$$(test/tools/haproxy.sh)" && peers="$$(test/peers/build.sh)" && \
-	  containerd="$$(test/tools/containerd.sh)" && promtool="$$(test/tools/promtool.sh)" && \
+	  containerd="$$(test/tools/containerd.sh)" && \
 	  STICKYDRAIN_K8S_BINS="$$k8s" STICKYDRAIN_HAPROXY="$$haproxy" STICKYDRAIN_PEERS="$$peers" STICKYDRAIN_CONTAINERD="$$containerd" \
-	  STICKYDRAIN_PROMTOOL="$$promtool" STICKYDRAIN_IMAGES="$(abspath $(BIN))/test-images" test/tools/test-lanes.sh "$(GO)" $(TEST_TIMEOUT) $$($(GO) list $(PKGS) | grep -v '/test/e2e$$')
+	  STICKYDRAIN_IMAGES="$(abspath $(BIN))/test-images" test/tools/test-lanes.sh "$(GO)" $(TEST_TIMEOUT) $$($(GO) list $(PKGS) | grep -v '/test/e2e$$')
 
 .PHONY: test-e2e
 test-e2e: deps test-parts ## Tier 3: the end-to-end scenarios alone (test/e2e, two lanes): users holding sessions through rollouts, faults and the soak's short rotation.
@@ -164,7 +164,7 @@ haproxy-versions: deps ## Provide HAProxy 3.0 (built from source, ~80 s cold) an
 	@test/tools/haproxy.sh | sed 's/^/haproxy /'
 
 .PHONY: promtool
-promtool: ## Build promtool (Prometheus' module, without its service discovery) into the cache, for the alerts' tests.
+promtool: ## Build promtool (Prometheus' module, without its service discovery) into the cache, for the alerts' tests (which build it themselves when missing).
 	@echo "promtool: $$(test/tools/promtool.sh)"
 
 .PHONY: peers

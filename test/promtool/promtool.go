@@ -1,8 +1,7 @@
 // Package promtool runs Prometheus' promtool for the tests of the alerts
-// (rule checks, rule unit tests): the binary test/tools/promtool.sh builds
-// from test/tools/promtool/go.mod, which make test builds among its parts
-// and names in STICKYDRAIN_PROMTOOL; without it, the script is run to
-// build it (or find it in the cache).
+// (rule checks, rule unit tests): STICKYDRAIN_PROMTOOL when set, else the
+// binary test/tools/promtool.sh builds from test/tools/promtool/go.mod into
+// the cache (once: a second caller waits for the first one's build).
 package promtool
 
 import (

@@ -7,9 +7,11 @@
 # Built with -tags remove_all_sd (rule checks and rule unit tests need
 # none of Prometheus' service-discovery plugins, whose cloud SDKs are a
 # fifth of its compile) and with CGO_ENABLED=0 -trimpath, as the parts'
-# images, whose Kubernetes libraries it then shares. Made once among make
-# test's parts, so that the two test packages that run it do not each
-# build it, at once, in two lanes, on a cold machine.
+# images, whose Kubernetes libraries it then shares. The first of the two
+# test packages that run it (manifests, tools/helm: test/promtool) builds
+# it; the other, in another lane, waits for that build (a lock) rather than
+# compiling Prometheus beside it. Not among make test's parts: their
+# builds keep both cores busy, while the test lanes leave some idle.
 #
 #   STICKYDRAIN_CACHE   cache root (default: $XDG_CACHE_HOME or $HOME/.cache, /stickydrain)
 set -euo pipefail
@@ -17,8 +19,11 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/promtool" && pwd)"
 version="$(go -C "$here" list -m -f '{{.Version}}' github.com/prometheus/prometheus)"
 cache_root="${STICKYDRAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/stickydrain}"
 dir="$cache_root/promtool-$version-$(sha256sum "$here/go.sum" | cut -c1-12)"
+mkdir -p "$dir"
+# Tests in two lanes may ask at once: one builds, the other waits for it.
+exec 9>"$dir/.lock"
+flock 9
 if [[ ! -x $dir/promtool ]]; then
-	mkdir -p "$dir"
 	start=$SECONDS
 	echo "test/tools/promtool.sh: building promtool $version (Prometheus' module, without its service discovery) into $dir" >&2
 	CGO_ENABLED=0 go -C "$here" build -trimpath -tags remove_all_sd -ldflags='-s -w' -o "$dir/promtool.tmp" github.com/prometheus/prometheus/cmd/promtool

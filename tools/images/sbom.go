@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
@@ -82,21 +84,28 @@ func SBOM(idx v1.ImageIndex, ref name.Reference, created time.Time) (*spdx.Docum
 		RefA: common.MakeDocElementID("", "DOCUMENT"), RefB: common.MakeDocElementID("", imageID), Relationship: common.TypeRelationshipDescribe,
 	})
 	modules := map[string]*spdx.Package{}
+	// Identifiers are numbered, so that no two elements share one
+	// whatever their names hold.
+	files, mods := 0, 0
 	for _, desc := range im.Manifests {
 		if desc.Platform == nil {
 			return nil, fmt.Errorf("the index's manifest %s names no platform", desc.Digest)
 		}
 		plat := desc.Platform.OS + "/" + desc.Platform.Architecture
+		if desc.Platform.Variant != "" {
+			plat += "/" + desc.Platform.Variant
+		}
 		img, err := idx.Image(desc.Digest)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", plat, err)
 		}
-		files, err := imageFiles(img)
+		imgFiles, err := imageFiles(img)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", plat, err)
 		}
-		for _, f := range files {
-			id := spdxID(plat + "-" + f.path)
+		for _, f := range imgFiles {
+			files++
+			id := fmt.Sprintf("File-%d-%s", files, spdxID(path.Base(f.path)))
 			sum := sha256.Sum256(f.data)
 			pkg := &spdx.Package{
 				PackageName:             f.path + " (" + plat + ")",
@@ -132,9 +141,10 @@ func SBOM(idx v1.ImageIndex, ref name.Reference, created time.Time) (*spdx.Docum
 				key := m.Path + "@" + m.Version
 				mp, ok := modules[key]
 				if !ok {
+					mods++
 					mp = &spdx.Package{
 						PackageName:             m.Path,
-						PackageSPDXIdentifier:   common.ElementID(spdxID("go-module-" + key)),
+						PackageSPDXIdentifier:   common.ElementID(fmt.Sprintf("GoModule-%d", mods)),
 						PackageVersion:          m.Version,
 						PackageDownloadLocation: "NOASSERTION",
 						PackageLicenseConcluded: "NOASSERTION",
@@ -143,7 +153,7 @@ func SBOM(idx v1.ImageIndex, ref name.Reference, created time.Time) (*spdx.Docum
 						PrimaryPackagePurpose:   "LIBRARY",
 						PackageExternalReferences: []*spdx.PackageExternalReference{{
 							Category: common.CategoryPackageManager, RefType: common.TypePackageManagerPURL,
-							Locator: "pkg:golang/" + m.Path + "@" + m.Version,
+							Locator: goPURL(m.Path, m.Version),
 						}},
 					}
 					if m.Sum != "" {
@@ -166,6 +176,17 @@ func SBOM(idx v1.ImageIndex, ref name.Reference, created time.Time) (*spdx.Docum
 		doc.Packages = append(doc.Packages, modules[k])
 	}
 	return doc, nil
+}
+
+// goPURL is the package URL of a Go module (purl's golang type): the
+// version percent-encoded (+incompatible), the standard library's
+// without its "go" (pkg:golang/stdlib@1.26.8), as vulnerability databases
+// name it.
+func goPURL(path, version string) string {
+	if path == "stdlib" {
+		version = strings.TrimPrefix(version, "go")
+	}
+	return "pkg:golang/" + path + "@" + strings.ReplaceAll(url.PathEscape(version), "+", "%2B")
 }
 
 // settingsNote names the build settings a reader of an SBOM asks about.
@@ -275,8 +296,11 @@ func layoutIndex(dir string) (v1.ImageIndex, name.Reference, error) {
 		return nil, nil, err
 	}
 	im, err := ii.IndexManifest()
-	if err != nil || len(im.Manifests) != 1 {
-		return nil, nil, fmt.Errorf("the layout should hold one image index: %v", err)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(im.Manifests) != 1 {
+		return nil, nil, fmt.Errorf("the layout holds %d images, want the one image index make images writes", len(im.Manifests))
 	}
 	ref, err := name.ParseReference(im.Manifests[0].Annotations["org.opencontainers.image.ref.name"])
 	if err != nil {

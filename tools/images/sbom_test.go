@@ -85,7 +85,7 @@ func TestTheSBOMListsWhatTheImageHolds(t *testing.T) {
 	if !ok {
 		t.Fatal("no build information")
 	}
-	want := []string{"pkg:golang/stdlib@" + bi.GoVersion, "pkg:golang/github.com/spf13/pflag@"}
+	want := []string{"pkg:golang/stdlib@" + strings.TrimPrefix(bi.GoVersion, "go"), "pkg:golang/github.com/spf13/pflag@"}
 	for _, w := range want {
 		found := false
 		for p := range purls {
@@ -99,6 +99,16 @@ func TestTheSBOMListsWhatTheImageHolds(t *testing.T) {
 		if strings.Contains(p, "k8s.io/client-go") {
 			t.Errorf("the SBOM lists %s, which drainctl does not link", p)
 		}
+	}
+	ids := map[string]bool{}
+	for _, p := range doc.Packages {
+		if ids[string(p.PackageSPDXIdentifier)] {
+			t.Errorf("two packages share the SPDX identifier %s", p.PackageSPDXIdentifier)
+		}
+		ids[string(p.PackageSPDXIdentifier)] = true
+	}
+	if got := goPURL("github.com/x/y", "v2.0.0+incompatible"); got != "pkg:golang/github.com/x/y@v2.0.0%2Bincompatible" {
+		t.Errorf("goPURL: %s", got)
 	}
 	if _, ok := byName["/etc/ssl/certs/ca-certificates.crt (linux/amd64)"]; !ok {
 		t.Errorf("the CA bundle is not listed: %v", keys(byName))

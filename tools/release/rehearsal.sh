@@ -81,7 +81,7 @@ echo '{}' >"$DOCKER_CONFIG/config.json"
 # The key pair, made for this rehearsal.
 COSIGN="$(tools/release/cosign.sh)"
 export COSIGN COSIGN_PASSWORD=rehearsal COSIGN_KEY="$work/cosign.key" COSIGN_PUB="$work/cosign.pub"
-(cd "$work" && "$COSIGN" generate-key-pair >/dev/null 2>&1)
+(cd "$work" && "$COSIGN" generate-key-pair >"$work/keys.log" 2>&1) || { cat "$work/keys.log" >&2; exit 1; }
 echo "--- published"
 tools/release/release.sh images chart
 echo "--- verified"
@@ -89,10 +89,16 @@ tools/release/release.sh verify
 # And verification can fail: the same references checked against another
 # key pair's public key are refused.
 mkdir -p "$work/other" "$work/dist-other"
-(cd "$work/other" && "$COSIGN" generate-key-pair >/dev/null 2>&1)
+(cd "$work/other" && "$COSIGN" generate-key-pair >"$work/keys.log" 2>&1) || { cat "$work/keys.log" >&2; exit 1; }
 cp "$DIST/images.txt" "$DIST/chart.txt" "$work/dist-other/"
-if COSIGN_PUB="$work/other/cosign.pub" DIST="$work/dist-other" tools/release/release.sh verify >/dev/null 2>&1; then
+if COSIGN_PUB="$work/other/cosign.pub" DIST="$work/dist-other" tools/release/release.sh verify >/dev/null 2>"$work/other.log"; then
 	echo "rehearsal.sh: the signatures verified against another key: verification checks nothing" >&2
+	exit 1
+fi
+# Refused by cosign's verification itself, not for want of a file or a tool.
+if ! grep -q "^release.sh: failed: .*cosign.* verify " "$work/other.log"; then
+	echo "rehearsal.sh: the check against another key failed, but not in cosign verify:" >&2
+	cat "$work/other.log" >&2
 	exit 1
 fi
 echo "--- refused, as it must be: the same references against another key pair's public key"

@@ -42,6 +42,20 @@
 # login action) for the images, the chart and the signatures alike.
 set -euo pipefail
 
+if (($# == 0)); then
+	echo "usage: tools/release/release.sh images|chart|verify..." >&2
+	exit 2
+fi
+for s in "$@"; do
+	case $s in
+	images | chart | verify) ;;
+	*)
+		echo "release.sh: unknown step $s: want images, chart or verify" >&2
+		exit 2
+		;;
+	esac
+done
+
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 : "${REPO:?REPO is needed: the registry/path to publish under, e.g. ghcr.io/stickydrain}"
@@ -53,6 +67,9 @@ fi
 PLATFORMS="${PLATFORMS:-linux/amd64,linux/arm64}"
 DIST="$(mkdir -p "${DIST:-dist}" && cd "${DIST:-dist}" && pwd)"
 images=(stickydrain drainctl)
+# Where make images writes them: $(BIN)/images, as the Makefile says.
+layouts="${BIN:-bin}/images"
+[[ $layouts == /* ]] || layouts="$root/$layouts"
 
 log() { echo "release.sh: $*" >&2; }
 
@@ -123,11 +140,11 @@ step_images() {
 		IFS=,
 		echo "${images[*]}"
 	)"
-	into "$DIST/images.txt" go -C tools/images run . push --out "$root/bin/images" --repo "$REPO" --images "$(
+	into "$DIST/images.txt" go -C tools/images run . push --out "$layouts" --repo "$REPO" --images "$(
 		IFS=,
 		echo "${images[*]}"
 	)"
-	quiet go -C tools/images run . sbom --out "$root/bin/images" --dest "$DIST" --images "$(
+	quiet go -C tools/images run . sbom --out "$layouts" --dest "$DIST" --images "$(
 		IFS=,
 		echo "${images[*]}"
 	)"
@@ -141,19 +158,23 @@ step_images() {
 	cat "$DIST/images.txt"
 }
 
+# chart_args: the chart tool's --image flags (and --plain-http) into the
+# array args; fails when images.txt lacks an image.
 chart_args() {
-	local name
+	local name r
+	args=()
 	for name in "${images[@]}"; do
-		printf -- '--image\n%s=%s\n' "$name" "$(ref "$name")"
+		r="$(ref "$name")" || return 1
+		args+=(--image "$name=$r")
 	done
 	if [[ ${PLAIN_HTTP:-} == 1 ]]; then
-		echo --plain-http
+		args+=(--plain-http)
 	fi
 }
 
 step_chart() {
 	local args chart
-	mapfile -t args < <(chart_args)
+	chart_args
 	log "pinning, packaging and pushing the chart"
 	into "$DIST/chart.txt" "$chart_tool" publish --tag "$VERSION" --repo "$REPO" --out "$DIST" "${args[@]}"
 	chart="$(cat "$DIST/chart.txt")"
@@ -171,22 +192,12 @@ step_verify() {
 		echo "$r verified: signature, SPDX SBOM attestation"
 	done
 	chart="$(cat "$DIST/chart.txt")"
-	mapfile -t args < <(chart_args)
+	chart_args
 	quiet "$chart_tool" verify --chart "$chart" "${args[@]}"
 	quiet "$cosign" verify "${verify_flags[@]}" "${registry_flags[@]}" "$chart"
-	echo "$chart verified: signature, pins $(ref stickydrain) and $(ref drainctl)"
+	echo "$chart verified: signature, pins ${args[1]#*=} and ${args[3]#*=}"
 }
 
-if (($# == 0)); then
-	echo "usage: tools/release/release.sh images|chart|verify..." >&2
-	exit 2
-fi
 for s in "$@"; do
-	case $s in
-	images | chart | verify) "step_$s" ;;
-	*)
-		echo "release.sh: unknown step $s: want images, chart or verify" >&2
-		exit 2
-		;;
-	esac
+	"step_$s"
 done

@@ -5,42 +5,28 @@
 package promtool
 
 import (
-	"fmt"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
-)
 
-// find is STICKYDRAIN_PROMTOOL, else what test/tools/promtool.sh prints
-// (it builds promtool when the cache lacks it).
-func find() (string, error) {
-	if p := os.Getenv("STICKYDRAIN_PROMTOOL"); p != "" {
-		return p, nil
-	}
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", fmt.Errorf("locating test/tools/promtool.sh: no caller information")
-	}
-	script := filepath.Join(filepath.Dir(file), "..", "tools", "promtool.sh")
-	out, err := exec.Command(script).Output()
-	if err != nil {
-		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = ee.Stderr
-		}
-		return "", fmt.Errorf("%s: %w\n%s", script, err, stderr)
-	}
-	return strings.TrimSpace(string(out)), nil
-}
+	"github.com/stickydrain/stickydrain/test/proc"
+)
 
 // Command returns the command running promtool with args, or an error
 // when promtool could not be built.
 func Command(args ...string) (*exec.Cmd, error) {
-	p, err := find()
-	if err != nil {
-		return nil, err
+	p := os.Getenv("STICKYDRAIN_PROMTOOL")
+	if p == "" {
+		_, file, _, ok := runtime.Caller(0)
+		if !ok {
+			return nil, errors.New("locating test/tools: no caller information")
+		}
+		var err error
+		if p, err = proc.BuildScript(filepath.Join(filepath.Dir(file), "..", "tools", "promtool.sh")); err != nil {
+			return nil, err
+		}
 	}
 	return exec.Command(p, args...), nil
 }

@@ -181,13 +181,7 @@ func testAPassIsOneConnection(t *testing.T, f instancetest.Flavour) {
 	// connections it opened.
 	pass := func(desired map[netip.AddrPort]plan.State) int {
 		before := relay.Accepted()
-		p, err := i.Begin(ctx, "shop")
-		if err != nil {
-			t.Fatal(err)
-		}
-		errs := p.Apply(ctx, plan.Calculate(p.Servers(), desired))
-		p.Close()
-		for _, err := range errs {
+		for _, err := range instancetest.Converge(ctx, i, "shop", desired) {
 			if err != nil {
 				t.Fatal(err)
 			}

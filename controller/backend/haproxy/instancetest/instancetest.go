@@ -76,13 +76,7 @@ func (f Flavour) Instance(t testing.TB, h *haproxytest.HAProxy) *haproxy.Instanc
 func Apply(t testing.TB, i *haproxy.Instance, desired map[netip.AddrPort]plan.State) {
 	t.Helper()
 	ctx := context.Background()
-	p, err := i.Begin(ctx, "shop")
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := p.Apply(ctx, plan.Calculate(p.Servers(), desired))
-	p.Close()
-	for _, err := range errs {
+	for _, err := range Converge(ctx, i, "shop", desired) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,6 +88,17 @@ func Apply(t testing.TB, i *haproxy.Instance, desired map[netip.AddrPort]plan.St
 	if diff := cmp.Diff(desired, got, cmpopts.EquateComparable(netip.AddrPort{})); diff != "" {
 		t.Fatalf("servers after apply (-want +got):\n%s", diff)
 	}
+}
+
+// Converge runs one pass as the controller does: Begin, the changes from
+// what it read to desired, Apply, Close; a failed read is its one error.
+func Converge(ctx context.Context, i backend.Instance, upstream string, desired map[netip.AddrPort]plan.State) []error {
+	p, err := i.Begin(ctx, upstream)
+	if err != nil {
+		return []error{err}
+	}
+	defer p.Close()
+	return p.Apply(ctx, plan.Calculate(p.Servers(), desired))
 }
 
 // ApplyPass makes changes in a pass of its own (Begin, Apply, Close);

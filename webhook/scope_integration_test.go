@@ -161,10 +161,15 @@ func TestWebhookScopeWarningsAndDryRun(t *testing.T) {
 
 	// The dry-run reporter watches only the pods the webhook labelled (the
 	// API server filters): a pod outside any opt-in carrying the
-	// annotation by hand is never read, so it gets no Event.
+	// annotation by hand is never read, so it gets no Event; one carrying
+	// the label too is read, but outside any dry-run opt-in it is not the
+	// webhook's, and gets none either.
 	must.OK(t, k.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "quiet"}}))
 	must.OK(t, k.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: "quiet",
 		Annotations: map[string]string{api.AnnotationDryRun: "forged by hand"}}, Spec: sessionDeployment("quiet", "x", nil).Spec.Template.Spec}))
+	must.OK(t, k.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "forged-labelled", Namespace: "quiet",
+		Labels:      map[string]string{api.DryRunPodLabel: api.DryRunPodValue},
+		Annotations: map[string]string{api.AnnotationDryRun: "forged by hand", "padding": strings.Repeat("x", 200<<10)}}, Spec: sessionDeployment("quiet", "x", nil).Spec.Template.Spec}))
 
 	// Dry run: the Deployment's pod is created unchanged, annotated, and
 	// gets an Event saying what the drain would have been.

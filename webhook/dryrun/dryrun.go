@@ -35,11 +35,42 @@ type Reporter struct {
 
 // CacheByObject is the manager's cache setting for pods: only those the
 // webhook labelled in dry run (api.DryRunPodLabel), so that the API server
-// filters and the webhook never receives the other pods' metadata.
+// filters and the webhook never receives the other pods' metadata. Anyone
+// who may create pods can set that label by hand, so each pod is kept as
+// its name, UID, opt-in label and summary alone (at most
+// api.MaxDryRunSummaryBytes): whatever else a pod carries (up to 256 KiB of
+// annotations) never stays in the webhook's memory.
 func CacheByObject() map[client.Object]cache.ByObject {
 	return map[client.Object]cache.ByObject{
-		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{api.DryRunPodLabel: api.DryRunPodValue})},
+		&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{api.DryRunPodLabel: api.DryRunPodValue}), Transform: strip},
 	}
+}
+
+// strip keeps of a pod's metadata what the reporter reads.
+func strip(o any) (any, error) {
+	m, ok := o.(metav1.Object)
+	if !ok {
+		return o, nil
+	}
+	var ann, lab map[string]string
+	if v, ok := m.GetAnnotations()[api.AnnotationDryRun]; ok {
+		if len(v) > api.MaxDryRunSummaryBytes {
+			v = v[:api.MaxDryRunSummaryBytes]
+		}
+		ann = map[string]string{api.AnnotationDryRun: v}
+	}
+	if v, ok := m.GetLabels()[api.OptInLabel]; ok && len(v) <= len(api.LabelDryRun) {
+		lab = map[string]string{api.OptInLabel: v}
+	}
+	meta := metav1.ObjectMeta{Namespace: m.GetNamespace(), Name: m.GetName(), UID: m.GetUID(), ResourceVersion: m.GetResourceVersion(),
+		DeletionTimestamp: m.GetDeletionTimestamp(), Labels: lab, Annotations: ann}
+	switch o.(type) {
+	case *metav1.PartialObjectMetadata:
+		return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: meta}, nil
+	case *corev1.Pod:
+		return &corev1.Pod{ObjectMeta: meta}, nil
+	}
+	return o, nil
 }
 
 // SetupWithManager watches the metadata of pods carrying the dry-run
@@ -69,8 +100,20 @@ func (r *Reporter) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result
 		return ctrl.Result{}, fmt.Errorf("reading pod %s: %w", req.NamespacedName, err)
 	}
 	summary, ok := pod.Annotations[api.AnnotationDryRun]
-	if !ok {
+	if !ok || len(summary) >= api.MaxDryRunSummaryBytes {
 		return ctrl.Result{}, nil
+	}
+	// Only a pod the webhook let through in dry run: one that says so
+	// itself, or whose Namespace does. The label alone anyone can write.
+	if pod.Labels[api.OptInLabel] != api.LabelDryRun {
+		var ns metav1.PartialObjectMetadata
+		ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: pod.Namespace}, &ns); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		if ns.Labels[api.OptInLabel] != api.LabelDryRun {
+			return ctrl.Result{}, nil
+		}
 	}
 	r.mu.Lock()
 	seen := r.done[req.NamespacedName] == pod.UID

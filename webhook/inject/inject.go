@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
@@ -254,7 +255,7 @@ func Inject(pod *corev1.Pod, ns Namespace, cfg Config) (Result, error) {
 		err = apply(target, plan, cfg)
 	}
 	if mode == DryRun {
-		setAnnotation(pod, api.AnnotationDryRun, dryRunSummary(pod, target, plan, err))
+		setAnnotation(pod, api.AnnotationDryRun, truncate(dryRunSummary(pod, target, plan, err), api.MaxDryRunSummaryBytes-1))
 		if pod.Labels == nil {
 			pod.Labels = map[string]string{}
 		}
@@ -314,6 +315,19 @@ func setAnnotation(pod *corev1.Pod, key, value string) {
 }
 
 // dryRunSummary says, in one line, what a dry run would have done.
+// truncate cuts s to at most n bytes, on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
+
 func dryRunSummary(orig, injected *corev1.Pod, plan *Plan, err error) string {
 	if err != nil {
 		return "would refuse the pod: " + strings.ReplaceAll(err.Error(), "\n", "; ")

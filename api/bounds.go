@@ -57,4 +57,8 @@ const (
 	// annotation, in characters: it ends up in Event actions and log
 	// lines.
 	MaxUpstreamName = 100
+	// MaxDryRunSummaryBytes bounds AnnotationDryRun: the webhook writes
+	// less, and its reporter caches and repeats nothing longer (anyone who
+	// may create pods can label one as a dry run).
+	MaxDryRunSummaryBytes = 1024
 )

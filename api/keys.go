@@ -37,9 +37,6 @@ const (
 	DryRunPodLabel = Prefix + "dry-run"
 	// DryRunPodValue is the value of DryRunPodLabel.
 	DryRunPodValue = "true"
-	// MaxDryRunSummaryBytes bounds AnnotationDryRun: the webhook writes
-	// less, and its reporter repeats nothing longer.
-	MaxDryRunSummaryBytes = 1024
 )
 
 // Drain parameters: annotations on the pod (its template), falling back to

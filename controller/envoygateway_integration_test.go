@@ -105,7 +105,7 @@ func TestEnvoyGatewayKeepsStickyRulesOnDrainingPods(t *testing.T) {
 	if err := k.Create(ctx, &rb); err != nil {
 		t.Fatal(err)
 	}
-	for ns, want := range map[string]bool{"gw": true, "shop": false, "envoy-gateway-system": false} {
+	mayCreate := func(ns string) bool {
 		r := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User:               "system:serviceaccount:stickydrain-system:stickydrain-controller",
 			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "create", Group: "gateway.envoyproxy.io", Resource: "envoypatchpolicies", Namespace: ns},
@@ -113,8 +113,14 @@ func TestEnvoyGatewayKeepsStickyRulesOnDrainingPods(t *testing.T) {
 		if err := k.Create(ctx, r); err != nil {
 			t.Fatal(err)
 		}
-		if r.Status.Allowed != want {
-			t.Errorf("the controller may create EnvoyPatchPolicies in namespace %s: %v, want %v", ns, r.Status.Allowed, want)
+		return r.Status.Allowed
+	}
+	// The API server's authorizer reads RoleBindings from its own cache:
+	// the new one counts once it has seen it.
+	must.Eventually(t, ctx, 50*time.Millisecond, "the RoleBinding in gw seen by the API server's authorizer", func() bool { return mayCreate("gw") })
+	for ns, want := range map[string]bool{"gw": true, "shop": false, "envoy-gateway-system": false} {
+		if got := mayCreate(ns); got != want {
+			t.Errorf("the controller may create EnvoyPatchPolicies in namespace %s: %v, want %v", ns, got, want)
 		}
 	}
 	// The certificate Envoy presents to Envoy Gateway, which its

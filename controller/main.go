@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -285,6 +286,48 @@ func (w *configWatcher) Start(ctx context.Context) error {
 	return nil
 }
 
+// set makes c the running configuration, of the reconciler and of the
+// Envoy Gateway integration.
+func (w *configWatcher) set(ctx context.Context, c *config.Config) error {
+	if err := w.r.SetConfig(ctx, c); err != nil {
+		return err
+	}
+	switch {
+	case w.eg != nil:
+		if err := w.eg.SetConfig(ctx, c); err != nil {
+			return fmt.Errorf("the Envoy Gateway integration: %w", err)
+		}
+	case envoygateway.Enabled(c):
+		w.log.Error(errors.New("envoyGateway was added after start"), "restart the controller to start the Envoy Gateway integration (it watches Gateway API objects only when the configuration at start lists gateways); the rest of the change applies", "config", w.path)
+	}
+	return nil
+}
+
+// applyHeld applies c but for what revs would take out of live upstreams,
+// which keeps its running rules (reconcile.Hold). It reports false, having
+// changed nothing, when the result would still take servers out (the
+// whole change then waits). Applied again only when it differs from what
+// runs: each application requeues every Service.
+func (w *configWatcher) applyHeld(ctx context.Context, c *config.Config, revs []reconcile.Revocation) (bool, error) {
+	running := w.r.Running()
+	held := reconcile.Hold(running, c, revs)
+	if err := held.Validate(w.types); err != nil {
+		w.log.V(1).Info("the configuration change cannot be held in part", "reason", err.Error())
+		return false, nil
+	}
+	left, err := w.r.Revoked(ctx, held)
+	if err != nil {
+		return false, err
+	}
+	if len(left) > 0 {
+		return false, nil
+	}
+	if reflect.DeepEqual(held, running) {
+		return true, nil
+	}
+	return true, w.set(ctx, held)
+}
+
 // apply applies a valid change, or holds it while it would take servers
 // out of live upstreams: they leave when their pods go or their Service
 // is unmapped, not because a line of the configuration went. It reports
@@ -298,18 +341,31 @@ func (w *configWatcher) apply(ctx context.Context, c *config.Config) bool {
 	}
 	if len(revs) > 0 {
 		// Checked again every 5s: once the Services are unmapped (or their
-		// pods gone) the change applies. Said once per list of what it
-		// would take.
+		// pods gone) the change applies whole. Until then the rest of it
+		// applies, with what it would take kept from the running
+		// configuration (reconcile.Hold) — unless that cannot be told
+		// apart, and the whole change waits. Said once per list of what
+		// it would take.
 		what := make([]string, len(revs))
 		for i, v := range revs {
 			what[i] = v.String()
 		}
 		w.m.ConfigHeld("revoking")
+		partial, err := w.applyHeld(ctx, c, revs)
+		if err != nil {
+			w.m.ConfigChange("error")
+			w.log.Error(err, "applying the rest of the configuration change; trying again", "config", w.path)
+			return false
+		}
 		said := strings.Join(what, "; ")
 		if said != w.refusal {
 			w.refusal = said
 			w.m.ConfigChange("revoking")
-			w.log.Error(errors.New(said), "refusing configuration change: it would take servers out of live upstreams; keeping the running configuration, and applying the change once nothing it would take is live (unmap the Services first to take their servers out on purpose)", "config", w.path)
+			if partial {
+				w.log.Error(errors.New(said), "holding part of the configuration change: it would take servers out of live upstreams; those keep their running rules, and the rest of the change applies now; the held part applies once nothing it would take is live (unmap the Services first to take their servers out on purpose)", "config", w.path)
+			} else {
+				w.log.Error(errors.New(said), "refusing configuration change: it would take servers out of live upstreams; keeping the running configuration, and applying the change once nothing it would take is live (unmap the Services first to take their servers out on purpose)", "config", w.path)
+			}
 		}
 		if said != w.evented && w.leading() {
 			w.evented = said
@@ -318,20 +374,10 @@ func (w *configWatcher) apply(ctx context.Context, c *config.Config) bool {
 		return false
 	}
 	w.refusal, w.evented = "", ""
-	if err := w.r.SetConfig(ctx, c); err != nil {
+	if err := w.set(ctx, c); err != nil {
 		w.m.ConfigChange("error")
 		w.log.Error(err, "applying the configuration change; trying again", "config", w.path)
 		return false
-	}
-	switch {
-	case w.eg != nil:
-		if err := w.eg.SetConfig(ctx, c); err != nil {
-			w.m.ConfigChange("error")
-			w.log.Error(err, "applying the configuration change to the Envoy Gateway integration; trying again", "config", w.path)
-			return false
-		}
-	case envoygateway.Enabled(c):
-		w.log.Error(errors.New("envoyGateway was added after start"), "restart the controller to start the Envoy Gateway integration (it watches Gateway API objects only when the configuration at start lists gateways); the rest of the change applies", "config", w.path)
 	}
 	w.m.ConfigChange("applied")
 	w.m.ConfigHeld("")

@@ -54,7 +54,7 @@ func TestTenancy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	configFor := func(edgeNamespaces string) string {
+	configFor := func(edgeNamespaces, checkoutOwner string) string {
 		return fmt.Sprintf(`
 loadBalancers:
   - name: edge
@@ -62,16 +62,16 @@ loadBalancers:
     instances: {static: [%q]}
     allowedNamespaces: {names: [%s]}
     upstreams:
-      - {name: checkout, owner: shop/checkout}
+      - {name: checkout, owner: %s}
     allowedCIDRs: [198.18.0.0/15]
   - name: plus
     type: nginx-plus
     instances: {static: [%q]}
     allowedNamespaces: {selector: {matchLabels: {tenant: web}}}
 resync: 2s
-`, h.Address(), edgeNamespaces, srv.URL+"/api")
+`, h.Address(), edgeNamespaces, checkoutOwner, srv.URL+"/api")
 	}
-	ctl := startController(t, c, asControllerServiceAccount(t, c), configFor("shop, blog"))
+	ctl := startController(t, c, asControllerServiceAccount(t, c), configFor("shop, blog", "shop/checkout"))
 	configPath := ctl.args[slices.Index(ctl.args, "--config")+1]
 	edge, err := haproxy.New(h.Address(), 2*time.Second)
 	if err != nil {
@@ -253,7 +253,7 @@ resync: 2s
 	// 5. Pinning: blog is allowed on edge, but edge/checkout is pinned to
 	// shop/checkout. blog claims it first, and again while the owner's
 	// Service is deleted and re-created.
-	pod("blog", "blog-a", "blog")
+	blogA := pod("blog", "blog-a", "blog")
 	service("blog", "checkout", "edge/checkout", map[string]string{"app": "blog"})
 	must.Eventually(t, ctx, 50*time.Millisecond, "UpstreamNotAllowed (pinned) on blog/checkout", func() bool {
 		return events("blog", "checkout", "UpstreamNotAllowed", "upstream edge/checkout is pinned to Service shop/checkout")
@@ -283,13 +283,21 @@ resync: 2s
 	)
 
 	// 7. The operator withdraws shop from edge in a configuration edit
-	// while shop/web has servers there: refused, not applied silently —
-	// edge/shop keeps its servers, shop/web is told why, the refusal is
-	// counted. Once shop/web is unmapped from edge (its servers leave on
-	// purpose), the same edit applies by itself.
-	must.OK(t, os.WriteFile(configPath, []byte(configFor("blog")), 0o644))
+	// while shop/web has servers there, and in the same edit pins
+	// edge/checkout to blog/checkout instead: the withdrawal is held, not
+	// applied silently — edge/shop keeps its servers, shop/web is told
+	// why, the refusal is counted — while the rest of the edit applies at
+	// once: blog's pod becomes edge/checkout's server. Once shop/web is
+	// unmapped from edge (its servers leave on purpose), the withdrawal
+	// applies by itself.
+	allow("edge/checkout", blogA)
+	must.OK(t, os.WriteFile(configPath, []byte(configFor("blog", "blog/checkout")), 0o644))
 	must.Eventually(t, ctx, 50*time.Millisecond, "ConfigurationChangeRefused on shop/web", func() bool {
 		return events("shop", "web", "ConfigurationChangeRefused", "every server of shop/web out of edge/shop (namespace shop may not map onto edge/shop:")
+	})
+	must.Eventually(t, ctx, 50*time.Millisecond, "blog's pod on edge/checkout while the withdrawal is held", func() bool {
+		_, ec, _ := read()
+		return holds(ec, blogA)
 	})
 	time.Sleep(6 * time.Second) // the watcher checks every 5s: a second look
 	if es, _, _ := read(); !holds(es, shopA, shopB) {
@@ -364,9 +372,14 @@ resync: 2s
 	ns.Labels = map[string]string{"tenant": "none"}
 	must.OK(t, k.Update(ctx, &ns))
 	must.Eventually(t, ctx, 50*time.Millisecond, "plus/shop emptied after shop lost its label", func() bool { _, _, ps := read(); return len(ps) == 0 })
-	// The pinned upstream is the operator's word: it stays.
+	// The pinned upstream is the operator's word: it stays blog's.
 	service("shop", "checkout", "edge/checkout", map[string]string{"app": "web"})
-	must.Eventually(t, ctx, 50*time.Millisecond, "shop's pods on edge/checkout, pinned, after the withdrawal", func() bool { _, ec, _ := read(); return holds(ec, shopA, shopB) })
+	must.Eventually(t, ctx, 50*time.Millisecond, "UpstreamNotAllowed (pinned to blog) on shop/checkout", func() bool {
+		return events("shop", "checkout", "UpstreamNotAllowed", "upstream edge/checkout is pinned to Service blog/checkout")
+	})
+	if _, ec, _ := read(); !holds(ec, blogA) || len(ec) != 1 {
+		t.Errorf("edge/checkout holds %v after shop/checkout claimed it; want blog's pod alone", ec)
+	}
 	if es, _, _ := read(); len(es) != 0 {
 		t.Errorf("edge/shop holds %v after shop's withdrawal", es)
 	}

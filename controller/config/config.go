@@ -492,6 +492,9 @@ func (c *Config) Warnings() []string {
 		if lb.ListedUpstreamsOnly && len(lb.Upstreams) == 0 {
 			out = append(out, fmt.Sprintf("load balancer %s lists no upstream and sets listedUpstreamsOnly: every Service mapping onto it is refused (UpstreamNotAllowed, NotListed) until upstreams lists the controller's", lb.Name))
 		}
+		if lb.AllowedNamespaces != nil && !lb.ListedUpstreamsOnly {
+			out = append(out, fmt.Sprintf("load balancer %s: allowedNamespaces covers every backend of its instances, the operator's own included (an admin or static backend an allowed namespace could map and fill); if they have backends that are not the controller's, list the controller's under upstreams and set listedUpstreamsOnly: true", lb.Name))
+		}
 		if lb.AllowedNamespaces != nil && lb.AllowedNamespaces.All {
 			out = append(out, fmt.Sprintf("load balancer %s allows every namespace (allowedNamespaces.all): any namespace user can map a Service onto its upstreams", lb.Name))
 		}

@@ -108,13 +108,15 @@ func TestWarnings(t *testing.T) {
 loadBalancers:
   - {name: closed, type: haproxy, instances: {static: ["tcp://h:1"]}}
   - {name: open, type: haproxy, instances: {static: ["tcp://h:1"]}, allowedNamespaces: {all: true}, allowEndpointsWithoutPods: true}
-  - {name: fine, type: haproxy, instances: {static: ["tcp://h:1"]}, allowedNamespaces: {names: [shop]}}
+  - {name: fine, type: haproxy, instances: {static: ["tcp://h:1"]}, allowedNamespaces: {names: [shop]}, listedUpstreamsOnly: true, upstreams: [{name: web}]}
+  - {name: wide, type: haproxy, instances: {static: ["tcp://h:1"]}, allowedNamespaces: {names: [shop]}}
 `), drivers.New())
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Join(c.Warnings(), "\n")
-	for _, want := range []string{"load balancer closed allows no namespace", "load balancer open allows every namespace", "load balancer open takes endpoints without Pods from any address"} {
+	for _, want := range []string{"load balancer closed allows no namespace", "load balancer open allows every namespace", "load balancer open takes endpoints without Pods from any address",
+		"load balancer wide: allowedNamespaces covers every backend of its instances, the operator's own included"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("warnings lack %q:\n%s", want, got)
 		}

@@ -141,7 +141,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.mapSlice)).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.mapNamespace), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		WatchesRawSource(source.Channel(r.renew, &handler.EnqueueRequestForObject{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Concurrency)}).
+		// Namespaces take turns in the queue (fairQueue): one that queues
+		// a thousand Services does not hold another's one behind them.
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.Concurrency), NewQueue: queueFor}).
 		Complete(r)
 }
 
@@ -181,6 +183,10 @@ func (r *Reconciler) SetConfig(ctx context.Context, c *config.Config) error {
 	}()
 	return nil
 }
+
+// Running is the configuration running: the file's, or part of it while
+// a change is held in part (Hold).
+func (r *Reconciler) Running() *config.Config { return r.cfg() }
 
 func (r *Reconciler) cfg() *config.Config {
 	r.mu.Lock()

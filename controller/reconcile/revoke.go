@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,7 +26,19 @@ type Revocation struct {
 	// (every server of the Service on Upstream) is.
 	Server string
 	Why    string
+
+	cause revocationCause
 }
+
+// revocationCause is what in the new configuration takes it out, and so
+// what of the running one must be kept to hold it (see Hold).
+type revocationCause int
+
+const (
+	lbGone        revocationCause = iota // the load balancer is not in it
+	claimRefused                         // its rules refuse the mapping
+	serverRefused                        // its rules refuse the server's address
+)
 
 func (v Revocation) String() string {
 	what := "every server of " + v.Service.String()
@@ -87,7 +100,7 @@ func (r *Reconciler) Revoked(ctx context.Context, next *config.Config) ([]Revoca
 				continue
 			}
 			if nextErr != nil || !slices.Contains(nextUps, u) {
-				out = append(out, Revocation{Service: key, Upstream: u.String(), Why: fmt.Sprintf("load balancer %q is not in the new configuration", u.LB)})
+				out = append(out, Revocation{Service: key, Upstream: u.String(), Why: fmt.Sprintf("load balancer %q is not in the new configuration", u.LB), cause: lbGone})
 				continue
 			}
 			nv, err := r.claim(ctx, nextP, key, u)
@@ -95,7 +108,7 @@ func (r *Reconciler) Revoked(ctx context.Context, next *config.Config) ([]Revoca
 				return nil, err
 			}
 			if !nv.Allowed {
-				out = append(out, Revocation{Service: key, Upstream: u.String(), Why: nv.Message})
+				out = append(out, Revocation{Service: key, Upstream: u.String(), Why: nv.Message, cause: claimRefused})
 				continue
 			}
 			for a, e := range desired {
@@ -104,7 +117,7 @@ func (r *Reconciler) Revoked(ctx context.Context, next *config.Config) ([]Revoca
 					continue // not a server today
 				}
 				if nv := nextP.Endpoint(u.LB, svc.Namespace, te); !nv.Allowed && nv.Reason != tenancy.NotPodAddress {
-					out = append(out, Revocation{Service: key, Upstream: u.String(), Server: a.String(), Why: nv.Message})
+					out = append(out, Revocation{Service: key, Upstream: u.String(), Server: a.String(), Why: nv.Message, cause: serverRefused})
 				}
 			}
 		}
@@ -129,4 +142,69 @@ func (r *Reconciler) RefuseRevocations(ctx context.Context, revs []Revocation) {
 		r.Recorder.Eventf(&svc, nil, corev1.EventTypeWarning, api.ReasonConfigurationRefused, action("Reconfigure", v.Upstream),
 			"the controller refused a configuration change that would take %s; its servers are kept. To take them out on purpose, remove this Service's %s annotation first", v, api.AnnotationUpstreams)
 	}
+}
+
+// Hold is next with what revs would take kept from cur, the running
+// configuration, and nothing else of it: the rest of a change applies at
+// once while the revoked tenants' live servers stay. What is kept, by
+// what takes the servers out:
+//   - a load balancer gone from next: its entry in cur, whole;
+//   - a mapping next refuses: the upstream's rule in cur (its own entry,
+//     or the load balancer's namespaces as an entry of its own), in
+//     place of next's for that upstream alone;
+//   - a server address next refuses: the load balancer's address rules
+//     in cur (allowedCIDRs, allowEndpointsWithoutPods).
+//
+// The caller checks that the result revokes nothing (Revoked), and holds
+// the whole change otherwise.
+func Hold(cur, next *config.Config, revs []Revocation) *config.Config {
+	out := *next
+	out.LoadBalancers = make([]config.LoadBalancer, len(next.LoadBalancers))
+	for i, lb := range next.LoadBalancers {
+		lb.Upstreams = slices.Clone(lb.Upstreams)
+		out.LoadBalancers[i] = lb
+	}
+	find := func(c *config.Config, name string) *config.LoadBalancer {
+		for i := range c.LoadBalancers {
+			if c.LoadBalancers[i].Name == name {
+				return &c.LoadBalancers[i]
+			}
+		}
+		return nil
+	}
+	for _, v := range revs {
+		lbName, up, _ := strings.Cut(v.Upstream, "/")
+		was := find(cur, lbName)
+		if was == nil {
+			continue // nothing to keep: Revoked's check says so
+		}
+		lb := find(&out, lbName)
+		if lb == nil {
+			keep := *was
+			keep.Upstreams = slices.Clone(was.Upstreams)
+			out.LoadBalancers = append(out.LoadBalancers, keep)
+			continue
+		}
+		switch v.cause {
+		case lbGone:
+			// The load balancer is in next: the Service's annotation
+			// names another that is not (Revoked lists it too).
+		case claimRefused:
+			rule := config.Upstream{Name: up, AllowedNamespaces: was.AllowedNamespaces}
+			if i := slices.IndexFunc(was.Upstreams, func(u config.Upstream) bool { return u.Name == up }); i >= 0 {
+				rule = was.Upstreams[i]
+			}
+			if rule.Owner == "" && rule.AllowedNamespaces == nil {
+				rule.AllowedNamespaces = was.AllowedNamespaces // a name alone took the load balancer's
+			}
+			if i := slices.IndexFunc(lb.Upstreams, func(u config.Upstream) bool { return u.Name == up }); i >= 0 {
+				lb.Upstreams[i] = rule
+			} else {
+				lb.Upstreams = append(lb.Upstreams, rule)
+			}
+		case serverRefused:
+			lb.AllowedCIDRs, lb.AllowEndpointsWithoutPods = was.AllowedCIDRs, was.AllowEndpointsWithoutPods
+		}
+	}
+	return &out
 }

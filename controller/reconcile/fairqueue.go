@@ -27,7 +27,6 @@ type fairQueue struct {
 	waiting map[string]int                // items per namespace, added and not yet taken
 	step    map[ctrlreconcile.Request]int // each waiting item's step below its caller's priority
 	base    map[ctrlreconcile.Request]int // and that priority
-	zero    int                           // the priority of an add that names none
 }
 
 func newFairQueue(inner priorityqueue.PriorityQueue[ctrlreconcile.Request]) *fairQueue {

@@ -1,9 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,6 +14,15 @@ import (
 // appliedKey is the ConfigMap's key holding the configuration file as the
 // controller last applied it.
 const appliedKey = "controller.yaml"
+
+// formatKey says how the kept file reads: appliedFormat when the defaults
+// it was applied under are today's; absent when kept by a controller from
+// before listedUpstreamsOnly defaulted to true, or kept while a controller
+// still ran such a configuration (config.WithLegacyDefaults).
+const (
+	formatKey     = "format"
+	appliedFormat = "2"
+)
 
 // appliedStore keeps the configuration a controller last applied in a
 // ConfigMap of its own namespace, where a restarted controller (another
@@ -28,25 +37,31 @@ type appliedStore struct {
 }
 
 // load returns the configuration last applied, or nil when none was kept
-// yet (a first start, or an upgrade from a controller that kept none).
-func (s *appliedStore) load(ctx context.Context) ([]byte, error) {
+// yet (a first start, or an upgrade from a controller that kept none), and
+// whether it reads with the legacy defaults (formatKey).
+func (s *appliedStore) load(ctx context.Context) (_ []byte, legacy bool, _ error) {
 	var cm corev1.ConfigMap
 	err := s.reader.Get(ctx, s.key, &cm)
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, nil
+		return nil, false, nil
 	case err != nil:
-		return nil, fmt.Errorf("reading the last applied configuration, ConfigMap %s: %w", s.key, err)
+		return nil, false, fmt.Errorf("reading the last applied configuration, ConfigMap %s: %w", s.key, err)
 	}
 	b, ok := cm.Data[appliedKey]
 	if !ok {
-		return nil, nil
+		return nil, false, nil
 	}
-	return []byte(b), nil
+	return []byte(b), cm.Data[formatKey] != appliedFormat, nil
 }
 
-// save keeps raw as the configuration last applied.
-func (s *appliedStore) save(ctx context.Context, raw []byte) error {
+// save keeps raw as the configuration last applied, read with the legacy
+// defaults or not.
+func (s *appliedStore) save(ctx context.Context, raw []byte, legacy bool) error {
+	data := map[string]string{appliedKey: string(raw), formatKey: appliedFormat}
+	if legacy {
+		delete(data, formatKey)
+	}
 	var cm corev1.ConfigMap
 	err := s.reader.Get(ctx, s.key, &cm)
 	switch {
@@ -55,17 +70,14 @@ func (s *appliedStore) save(ctx context.Context, raw []byte) error {
 			ObjectMeta: metav1.ObjectMeta{Namespace: s.key.Namespace, Name: s.key.Name, Labels: map[string]string{
 				"app.kubernetes.io/name": "stickydrain", "app.kubernetes.io/component": "controller",
 			}},
-			Data: map[string]string{appliedKey: string(raw)},
+			Data: data,
 		}
 		err = s.writer.Create(ctx, &cm)
 	case err != nil:
-	case bytes.Equal([]byte(cm.Data[appliedKey]), raw):
+	case maps.Equal(cm.Data, data):
 		return nil
 	default:
-		if cm.Data == nil {
-			cm.Data = map[string]string{}
-		}
-		cm.Data[appliedKey] = string(raw)
+		cm.Data = data
 		err = s.writer.Update(ctx, &cm)
 	}
 	if err != nil {

@@ -57,6 +57,9 @@ loadBalancers:
     instances: {static: [%q]}
     haproxy: {readyMap: %s}
     allowedNamespaces: {names: [shop, evil]}
+    # evil's backends too (small, evil), and two no HAProxy has (a typo,
+    # one not deployed yet): what the operator listed, a tenant maps.
+    upstreams: [{name: shop}, {name: small}, {name: evil}, {name: nosuch}, {name: ghost}]
     allowedCIDRs: [198.18.0.0/15]
 resync: 2s
 `, h.Address(), h.ReadyMap))

@@ -186,6 +186,7 @@ loadBalancers:
       # other two back.
       static: [%q, %q, "unix:///nonexistent/haproxy.sock"]
     allowedNamespaces: {names: [shop]}
+    upstreams: [{name: shop}]
 resync: 2s
 `, mode, h1.Address(), h2.Address()))
 
@@ -491,6 +492,7 @@ loadBalancers:
     instances:
       service: {namespace: lb, name: haproxy-runtime, port: runtime}
     allowedNamespaces: {names: [shop]}
+    upstreams: [{name: shop}]
 resync: 10m
 `) // no resync within the test: an HAProxy pod that turns ready must bring the Services mapped onto its load balancer by itself
 	_ = ctrlProc
@@ -584,6 +586,7 @@ loadBalancers:
     instances:
       static: [%q, %q, %q]
     allowedNamespaces: {names: [shop]}
+    upstreams: [{name: shop}]
 resync: 10m
 `, urls[0], urls[1], gone.URL+"/api")) // no resync within the test: restarts are repaired by the probe
 
@@ -702,7 +705,7 @@ func TestControllerReplicasHandOverLeadership(t *testing.T) {
 	kubeconfig := asControllerServiceAccount(t, c)
 	// A selector-less Service's slice, from another controller: allowed
 	// within the pod network.
-	cfg := fmt.Sprintf("loadBalancers:\n  - {name: edge, type: haproxy, instances: {static: [%q]}, allowedNamespaces: {names: [shop]}, allowEndpointsWithoutPods: true, allowedCIDRs: [198.18.0.0/15]}\nresync: 10m\n", h.Address())
+	cfg := fmt.Sprintf("loadBalancers:\n  - {name: edge, type: haproxy, instances: {static: [%q]}, allowedNamespaces: {names: [shop]}, upstreams: [{name: shop}], allowEndpointsWithoutPods: true, allowedCIDRs: [198.18.0.0/15]}\nresync: 10m\n", h.Address())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	k := c.Client

@@ -119,20 +119,30 @@ func Run(ctx context.Context, o Options) error {
 	if store == nil {
 		log.Info("no namespace to keep the applied configuration in (--leader-election-namespace, POD_NAMESPACE): a restart applies the configuration file as it is")
 	}
-	running := raw // what the controller starts on
+	running := raw  // what the controller starts on
+	legacy := false // and whether it reads with the legacy defaults
+	watched := raw  // what the file is checked against
 	if store != nil {
-		kept, err := store.load(ctx)
+		kept, keptLegacy, err := store.load(ctx)
 		switch {
 		case err != nil:
 			log.Error(err, "starting on the configuration file as it is")
-		case kept != nil && !bytes.Equal(kept, raw):
+		case kept != nil && (keptLegacy || !bytes.Equal(kept, raw)):
 			c, err := config.Parse(kept, lbTypes)
 			if err != nil {
 				log.Error(err, "the last applied configuration no longer parses; starting on the configuration file as it is", "configMap", store.key.String())
 				break
 			}
-			cfg, running = c, kept
-			log.Info("starting on the configuration last applied; the file differs, and is checked as a change: applied if it takes no server out of a live upstream, held otherwise", "configMap", store.key.String(), "config", o.configPath)
+			cfg, running, watched = c, kept, kept
+			if keptLegacy {
+				// Kept by a controller from before listedUpstreamsOnly
+				// defaulted to true: it ran every backend as the
+				// controller's. Start on that, and check the file, read
+				// as today, as a change (even the same text): a Service
+				// in an upstream it does not list keeps its servers, held.
+				cfg, legacy, watched = c.WithLegacyDefaults(), true, nil
+			}
+			log.Info("starting on the configuration last applied; the file is checked as a change: applied if it takes no server out of a live upstream, held otherwise", "configMap", store.key.String(), "config", o.configPath, "legacyDefaults", legacy)
 		}
 	}
 	for _, w := range cfg.Warnings() {
@@ -172,7 +182,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	// A changed configuration file is validated; a bad one is refused and
 	// the running configuration kept.
-	w := &configWatcher{path: o.configPath, loaded: running, types: lbTypes, r: r, eg: eg, m: m, log: log, store: store, elected: mgr.Elected()}
+	w := &configWatcher{path: o.configPath, loaded: running, watched: watched, legacy: legacy, types: lbTypes, r: r, eg: eg, m: m, log: log, store: store, elected: mgr.Elected()}
 	if err := mgr.Add(w); err != nil {
 		return fmt.Errorf("adding the configuration watcher: %w", err)
 	}
@@ -190,8 +200,11 @@ func Run(ctx context.Context, o Options) error {
 type configWatcher struct {
 	path   string
 	loaded []byte
-	types  config.TypeChecker
-	r      *reconcile.Reconciler
+	// watched is what the file is checked against at first: loaded, or
+	// nil to check it whatever it holds.
+	watched []byte
+	types   config.TypeChecker
+	r       *reconcile.Reconciler
 	// eg is the Envoy Gateway integration, nil when the configuration at
 	// start had none.
 	eg  *envoygateway.Reconciler
@@ -207,6 +220,7 @@ type configWatcher struct {
 
 	mu      sync.Mutex // serializes keep
 	applied []byte     // the content running
+	legacy  bool       // read with the legacy defaults (config.WithLegacyDefaults)
 }
 
 // NeedLeaderElection is false: every replica follows the file, so that a
@@ -235,9 +249,9 @@ func newAppliedStore(o Options, mgr manager.Manager) *appliedStore {
 }
 
 // setApplied records raw as the content running; the leader keeps it.
-func (w *configWatcher) setApplied(ctx context.Context, raw []byte) {
+func (w *configWatcher) setApplied(ctx context.Context, raw []byte, legacy bool) {
 	w.mu.Lock()
-	w.applied = raw
+	w.applied, w.legacy = raw, legacy
 	w.mu.Unlock()
 	if w.leading() {
 		w.keep(ctx)
@@ -251,14 +265,14 @@ func (w *configWatcher) keep(ctx context.Context) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if err := w.store.save(ctx, w.applied); err != nil {
+	if err := w.store.save(ctx, w.applied, w.legacy); err != nil {
 		w.log.Error(err, "a restart will check the configuration file against an older configuration")
 	}
 }
 
 // Start follows the configuration file until ctx ends.
 func (w *configWatcher) Start(ctx context.Context) error {
-	w.setApplied(ctx, w.loaded)
+	w.setApplied(ctx, w.loaded, w.legacy)
 	// Once leading, keep what runs (the first start, an upgrade from a
 	// controller that kept nothing, a standby's view of the leader's).
 	go func() {
@@ -268,11 +282,11 @@ func (w *configWatcher) Start(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}()
-	config.Watch(ctx, w.path, w.loaded, 5*time.Second, w.types, func(c *config.Config, raw []byte) bool {
+	config.Watch(ctx, w.path, w.watched, 5*time.Second, w.types, func(c *config.Config, raw []byte) bool {
 		if !w.apply(ctx, c) {
 			return false
 		}
-		w.setApplied(ctx, raw)
+		w.setApplied(ctx, raw, false)
 		return true
 	}, func(err error) {
 		w.m.ConfigChange("invalid")

@@ -62,12 +62,14 @@ loadBalancers:
     instances: {static: [%q]}
     allowedNamespaces: {names: [%s]}
     upstreams:
+      - {name: shop}
       - {name: checkout, owner: %s}
     allowedCIDRs: [198.18.0.0/15]
   - name: plus
     type: nginx-plus
     instances: {static: [%q]}
     allowedNamespaces: {selector: {matchLabels: {tenant: web}}}
+    upstreams: [{name: shop}]
 resync: 2s
 `, h.Address(), edgeNamespaces, checkoutOwner, srv.URL+"/api")
 	}

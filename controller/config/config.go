@@ -128,15 +128,14 @@ type LoadBalancer struct {
 	// Upstreams give single upstreams their own allowed namespaces, or pin
 	// them to one Service.
 	Upstreams []Upstream `json:"upstreams,omitempty"`
-	// ListedUpstreamsOnly: only the upstreams listed under upstreams are
-	// the controller's, and allowedNamespaces covers those alone; a
-	// Service mapping any other backend of the load balancer (the
-	// operator's own: an admin backend, a static one) is refused with
-	// UpstreamNotAllowed (reason NotListed). Default false:
-	// allowedNamespaces covers every backend of the load balancer's
-	// instances. Set it whenever they have backends that are not the
-	// controller's.
-	ListedUpstreamsOnly bool `json:"listedUpstreamsOnly,omitempty"`
+	// ListedUpstreamsOnly: only the upstreams listed under upstreams (a
+	// name alone lists one) are the controller's, and allowedNamespaces
+	// covers those alone; a Service mapping any other backend of the load
+	// balancer (the operator's own: an admin backend, a static one) is
+	// refused with UpstreamNotAllowed (reason NotListed). Default true.
+	// false: allowedNamespaces covers every backend of the load
+	// balancer's instances, whatever they are (logged as a warning).
+	ListedUpstreamsOnly *bool `json:"listedUpstreamsOnly,omitempty"`
 	// AllowEndpointsWithoutPods lets endpoints that are not one of a Pod's
 	// own addresses in the Service's namespace (selector-less Services,
 	// hand-written EndpointSlices) become servers. Default false: they are
@@ -429,8 +428,8 @@ func validateTenancy(f string, lb LoadBalancer, bad func(field, format string, a
 				bad(uf+".allowedNamespaces", "give owner or allowedNamespaces, not both: an owner is the only Service that may map the upstream")
 			}
 		}
-		if u.Owner == "" && u.AllowedNamespaces == nil && !lb.ListedUpstreamsOnly {
-			bad(uf, "want owner or allowedNamespaces (or listedUpstreamsOnly: true, where a name alone lists an upstream as the controller's)")
+		if u.Owner == "" && u.AllowedNamespaces == nil && !lb.ListsUpstreams() {
+			bad(uf, "want owner or allowedNamespaces (a name alone lists an upstream as the controller's only where listedUpstreamsOnly is true, the default)")
 		}
 	}
 	for j, c := range lb.AllowedCIDRs {
@@ -464,6 +463,30 @@ func validateNamespaces(f string, n *Namespaces, bad func(field, format string, 
 	}
 }
 
+// ListsUpstreams reports whether only the listed upstreams are the
+// controller's (ListedUpstreamsOnly, true unless set false).
+func (lb LoadBalancer) ListsUpstreams() bool {
+	return lb.ListedUpstreamsOnly == nil || *lb.ListedUpstreamsOnly
+}
+
+// WithLegacyDefaults reads c as a controller did before ListedUpstreamsOnly
+// defaulted to true: each load balancer that does not set it covers every
+// backend. It is how a configuration kept by such a controller (the
+// applied ConfigMap) is read, so that the file, read as today, is checked
+// against what really ran.
+func (c *Config) WithLegacyDefaults() *Config {
+	out := *c
+	out.LoadBalancers = make([]LoadBalancer, len(c.LoadBalancers))
+	for i, lb := range c.LoadBalancers {
+		if lb.ListedUpstreamsOnly == nil {
+			all := false
+			lb.ListedUpstreamsOnly = &all
+		}
+		out.LoadBalancers[i] = lb
+	}
+	return &out
+}
+
 // OptionFields lists the type-specific option fields set on lb, by their
 // names in the file: a driver takes its own (backend.Driver.OptionsField),
 // and the others are refused.
@@ -489,11 +512,11 @@ func (c *Config) Warnings() []string {
 		if lb.AllowedNamespaces == nil && len(lb.Upstreams) == 0 {
 			out = append(out, fmt.Sprintf("load balancer %s allows no namespace: every Service mapping onto it is refused (UpstreamNotAllowed) until allowedNamespaces or upstreams say who may", lb.Name))
 		}
-		if lb.ListedUpstreamsOnly && len(lb.Upstreams) == 0 {
-			out = append(out, fmt.Sprintf("load balancer %s lists no upstream and sets listedUpstreamsOnly: every Service mapping onto it is refused (UpstreamNotAllowed, NotListed) until upstreams lists the controller's", lb.Name))
+		if lb.ListsUpstreams() && lb.AllowedNamespaces != nil && len(lb.Upstreams) == 0 {
+			out = append(out, fmt.Sprintf("load balancer %s lists no upstream: only the upstreams listed under upstreams are the controller's (listedUpstreamsOnly, true by default), so every Service mapping onto it is refused (UpstreamNotAllowed, NotListed) until upstreams lists them (a name alone lists one)", lb.Name))
 		}
-		if lb.AllowedNamespaces != nil && !lb.ListedUpstreamsOnly {
-			out = append(out, fmt.Sprintf("load balancer %s: allowedNamespaces covers every backend of its instances, the operator's own included (an admin or static backend an allowed namespace could map and fill); if they have backends that are not the controller's, list the controller's under upstreams and set listedUpstreamsOnly: true", lb.Name))
+		if lb.AllowedNamespaces != nil && !lb.ListsUpstreams() {
+			out = append(out, fmt.Sprintf("load balancer %s sets listedUpstreamsOnly: false: allowedNamespaces covers every backend of its instances, the operator's own included (an admin or static backend an allowed namespace could map and fill)", lb.Name))
 		}
 		if lb.AllowedNamespaces != nil && lb.AllowedNamespaces.All {
 			out = append(out, fmt.Sprintf("load balancer %s allows every namespace (allowedNamespaces.all): any namespace user can map a Service onto its upstreams", lb.Name))

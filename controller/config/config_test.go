@@ -51,7 +51,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"bad selector", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedNamespaces: {selector: {matchExpressions: [{key: t, operator: Near}]}}}]", "loadBalancers[0].allowedNamespaces.selector:"},
 		{"bad owner", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: shop, owner: shop}]}]", `loadBalancers[0].upstreams[0].owner: "shop" is not namespace/name of a Service`},
 		{"owner and namespaces", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: shop, owner: shop/shop, allowedNamespaces: {names: [b]}}]}]", "loadBalancers[0].upstreams[0].allowedNamespaces: give owner or allowedNamespaces, not both"},
-		{"upstream without a rule", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: shop}]}]", "loadBalancers[0].upstreams[0]: want owner or allowedNamespaces"},
+		{"upstream without a rule", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, listedUpstreamsOnly: false, upstreams: [{name: shop}]}]", "loadBalancers[0].upstreams[0]: want owner or allowedNamespaces"},
 		{"upstream twice", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: shop, owner: a/b}, {name: shop, owner: a/c}]}]", `loadBalancers[0].upstreams[1].name: "shop" is used twice`},
 		{"bad upstream name", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: \"sh op\", owner: a/b}]}]", `loadBalancers[0].upstreams[0].name: "sh op" is not an upstream name`},
 		{"bad CIDR", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedCIDRs: [10.0.0.1/8]}]", `loadBalancers[0].allowedCIDRs[0]: "10.0.0.1/8" is not a network in CIDR form`},
@@ -108,15 +108,17 @@ func TestWarnings(t *testing.T) {
 loadBalancers:
   - {name: closed, type: haproxy, instances: {static: ["tcp://h:1"]}}
   - {name: open, type: haproxy, instances: {static: ["tcp://h:1"]}, allowedNamespaces: {all: true}, allowEndpointsWithoutPods: true}
-  - {name: fine, type: haproxy, instances: {static: ["tcp://h:1"]}, allowedNamespaces: {names: [shop]}, listedUpstreamsOnly: true, upstreams: [{name: web}]}
-  - {name: wide, type: haproxy, instances: {static: ["tcp://h:1"]}, allowedNamespaces: {names: [shop]}}
+  - {name: fine, type: haproxy, instances: {static: ["tcp://h:1"]}, allowedNamespaces: {names: [shop]}, upstreams: [{name: web}]}
+  - {name: wide, type: haproxy, instances: {static: ["tcp://h:1"]}, allowedNamespaces: {names: [shop]}, listedUpstreamsOnly: false, upstreams: [{name: web, allowedNamespaces: {names: [shop]}}]}
+  - {name: unlisted, type: haproxy, instances: {static: ["tcp://h:1"]}, allowedNamespaces: {names: [shop]}}
 `), drivers.New())
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Join(c.Warnings(), "\n")
 	for _, want := range []string{"load balancer closed allows no namespace", "load balancer open allows every namespace", "load balancer open takes endpoints without Pods from any address",
-		"load balancer wide: allowedNamespaces covers every backend of its instances, the operator's own included"} {
+		"load balancer wide sets listedUpstreamsOnly: false: allowedNamespaces covers every backend of its instances, the operator's own included",
+		"load balancer unlisted lists no upstream: only the upstreams listed under upstreams are the controller's"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("warnings lack %q:\n%s", want, got)
 		}

@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"k8s.io/utils/ptr"
 	"reflect"
 	"testing"
 
@@ -18,14 +19,14 @@ func TestHoldKeepsWhatIsRevokedAndNothingElse(t *testing.T) {
 	cur := &config.Config{LoadBalancers: []config.LoadBalancer{
 		{Name: "edge", AllowedNamespaces: names("shop", "blog"), AllowedCIDRs: []string{"198.18.0.0/15"},
 			Upstreams: []config.Upstream{{Name: "checkout", Owner: "shop/checkout"}}},
-		{Name: "old", AllowedNamespaces: names("legacy")},
-		{Name: "listed", ListedUpstreamsOnly: true, AllowedNamespaces: names("shop"), Upstreams: []config.Upstream{{Name: "api"}}},
+		{Name: "old", AllowedNamespaces: names("legacy"), Upstreams: []config.Upstream{{Name: "app"}}},
+		{Name: "listed", ListedUpstreamsOnly: ptr.To(true), AllowedNamespaces: names("shop"), Upstreams: []config.Upstream{{Name: "api"}}},
 	}}
 	next := &config.Config{LoadBalancers: []config.LoadBalancer{
 		{Name: "edge", AllowedNamespaces: names("blog"), AllowedCIDRs: []string{"198.18.0.0/24"},
 			Upstreams: []config.Upstream{{Name: "checkout", Owner: "blog/checkout"}}},
-		{Name: "listed", ListedUpstreamsOnly: true, AllowedNamespaces: names("blog"), Upstreams: []config.Upstream{{Name: "api"}}},
-		{Name: "new", AllowedNamespaces: names("blog")},
+		{Name: "listed", ListedUpstreamsOnly: ptr.To(true), AllowedNamespaces: names("blog"), Upstreams: []config.Upstream{{Name: "api"}}},
+		{Name: "new", AllowedNamespaces: names("blog"), ListedUpstreamsOnly: ptr.To(false)},
 	}}
 	svc := types.NamespacedName{Namespace: "shop", Name: "web"}
 	revs := []Revocation{

@@ -34,6 +34,7 @@ loadBalancers:
     type: haproxy
     instances: {static: ["tcp://127.0.0.1:1"]}
     allowedNamespaces: {selector: {matchLabels: {team: shop}}}
+    upstreams: [{name: web}]
 `), drivers.New())
 	if err != nil {
 		t.Fatal(err)

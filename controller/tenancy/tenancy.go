@@ -50,8 +50,8 @@ const (
 	NamespaceNotAllowed Reason = "NamespaceNotAllowed"
 	Pinned              Reason = "Pinned"
 	UnknownLoadBalancer Reason = "UnknownLoadBalancer"
-	// NotListed: the load balancer sets listedUpstreamsOnly and does not
-	// list the upstream: it is not the controller's.
+	// NotListed: the load balancer does not list the upstream, and only
+	// listed ones are the controller's (listedUpstreamsOnly, the default).
 	NotListed Reason = "NotListed"
 )
 
@@ -133,7 +133,7 @@ func New(cfg *config.Config) (*Policy, error) {
 	}
 	for _, lb := range cfg.LoadBalancers {
 		f := "loadBalancers[" + lb.Name + "]"
-		r := &lbRules{name: lb.Name, upstreams: map[string]*upRule{}, listedOnly: lb.ListedUpstreamsOnly, withoutPods: lb.AllowEndpointsWithoutPods}
+		r := &lbRules{name: lb.Name, upstreams: map[string]*upRule{}, listedOnly: lb.ListsUpstreams(), withoutPods: lb.AllowEndpointsWithoutPods}
 		var err error
 		if r.namespaces, err = compile(f+".allowedNamespaces", lb.AllowedNamespaces); err != nil {
 			return nil, err
@@ -242,11 +242,11 @@ func (p *Policy) Claim(lb, upstream string, svc types.NamespacedName, nsLabels m
 			return u.namespaces.decide(target, svc, nsLabels)
 		}
 	}
-	if r.listedOnly {
+	if r.listedOnly && r.namespaces != nil {
 		field := "loadBalancers[" + lb + "].listedUpstreamsOnly"
 		if r.upstreams[upstream] == nil {
 			return Verdict{Reason: NotListed, Rule: field, Message: fmt.Sprintf(
-				"upstream %s is not listed under loadBalancers[%s].upstreams, and %s is set: only the listed backends are the controller's", target, lb, field)}
+				"upstream %s is not listed under loadBalancers[%s].upstreams: only the listed backends are the controller's (%s, true by default); the operator lists it (a name alone will do)", target, lb, field)}
 		}
 	}
 	if r.namespaces == nil {

@@ -20,6 +20,7 @@ loadBalancers:
     allowedNamespaces:
       names: [shop]
       selector: {matchLabels: {tenant: web}}
+    listedUpstreamsOnly: false
     upstreams:
       - {name: checkout, owner: shop/checkout}
       - {name: reports, allowedNamespaces: {names: [finance]}}
@@ -31,13 +32,13 @@ loadBalancers:
     type: nginx-plus
     instances: {static: ["http://127.0.0.1:3/api"]}
     allowedNamespaces: {all: true}
+    listedUpstreamsOnly: false
     allowEndpointsWithoutPods: true
     allowedCIDRs: [198.18.0.0/15, "fd00::/64"]
   - name: listed
     type: haproxy
     instances: {static: ["tcp://127.0.0.1:4"]}
     allowedNamespaces: {names: [shop, evil]}
-    listedUpstreamsOnly: true
     upstreams:
       - {name: web}
       - {name: cart, allowedNamespaces: {names: [shop]}}
@@ -83,8 +84,9 @@ func TestClaim(t *testing.T) {
 		{"closed", "shop", "shop", "shop", web, NoRule, "loadBalancers[closed].allowedNamespaces"},
 		{"open", "any", "anyone", "x", nil, "", "loadBalancers[open].allowedNamespaces"},
 		{"nope", "shop", "shop", "shop", nil, UnknownLoadBalancer, "loadBalancers"},
-		// listedUpstreamsOnly: the load balancer's rule covers the listed
-		// upstreams only, never the operator's other backends.
+		// listedUpstreamsOnly (true unless set false): the load balancer's
+		// rule covers the listed upstreams only, never the operator's
+		// other backends.
 		{"listed", "web", "evil", "web", nil, "", "loadBalancers[listed].allowedNamespaces"},
 		{"listed", "cart", "shop", "cart", nil, "", "loadBalancers[listed].upstreams[cart].allowedNamespaces"},
 		{"listed", "cart", "evil", "cart", nil, NamespaceNotAllowed, "loadBalancers[listed].upstreams[cart].allowedNamespaces"},

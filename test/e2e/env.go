@@ -96,6 +96,7 @@ type Env struct {
 	drainctlDelivery string   // Options.DrainctlDelivery
 	probesOnly       bool     // Options.FrontProbesOnly
 	alsoAllowed      []string // Options.AlsoAllowed
+	alsoListed       []string // Options.AlsoListed
 	readiness        haproxytest.Readiness
 	controllerPprof  bool // Options.ControllerPprof
 }
@@ -160,6 +161,9 @@ type Options struct {
 	// AlsoAllowed are namespaces the operator allows onto the load
 	// balancers beside the scenario's own (a second tenant).
 	AlsoAllowed []string
+	// AlsoListed are upstreams the operator lists as the controller's
+	// beside the scenario's own (shop): only listed ones may be mapped.
+	AlsoListed []string
 	// RealNodeLock (with Node) is the machine's real-node lock, taken by
 	// the caller before its clock started (cluster.LockRealNode); Start
 	// waits for it otherwise.
@@ -216,6 +220,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	env.drainctlDelivery = opts.DrainctlDelivery
 	env.probesOnly = opts.FrontProbesOnly
 	env.alsoAllowed = opts.AlsoAllowed
+	env.alsoListed = opts.AlsoListed
 	env.readiness = opts.Readiness
 	env.controllerPprof = opts.ControllerPprof
 	if opts.Node {
@@ -501,9 +506,11 @@ func (e *Env) controllerConfig() string {
 		}
 		addrs = append(addrs, fmt.Sprintf("%q", "unix://"+controllerSocket(h)))
 	}
-	// Only the app's namespace may map, only onto its own pods, only in
-	// the pod network: as an operator sharing the cluster would write it.
-	tenancy := fmt.Sprintf("    allowedNamespaces: {names: [%s]}\n    allowedCIDRs: [198.18.0.0/15]\n", strings.Join(append([]string{Namespace}, e.alsoAllowed...), ", "))
+	// Only the app's namespace may map, only onto the listed upstreams,
+	// only onto its own pods, only in the pod network: as an operator
+	// sharing the cluster would write it.
+	tenancy := fmt.Sprintf("    allowedNamespaces: {names: [%s]}\n    upstreams: [%s]\n    allowedCIDRs: [198.18.0.0/15]\n",
+		strings.Join(append([]string{Namespace}, e.alsoAllowed...), ", "), listed(append([]string{"shop"}, e.alsoListed...)))
 	mode := config.HAProxySlots
 	if e.flavour.Dynamic {
 		mode = config.HAProxyDynamic
@@ -517,6 +524,15 @@ func (e *Env) controllerConfig() string {
 		yml += fmt.Sprintf("  - name: plus\n    type: nginx-plus\n    instances:\n      static: [%s]\n", strings.Join(q, ", ")) + tenancy
 	}
 	return yml + "resync: 5s\n"
+}
+
+// listed writes upstreams as the configuration lists them by name.
+func listed(upstreams []string) string {
+	out := make([]string, len(upstreams))
+	for i, u := range upstreams {
+		out[i] = "{name: " + u + "}"
+	}
+	return strings.Join(out, ", ")
 }
 
 // writeControllerConfig rewrites every replica's configuration file for

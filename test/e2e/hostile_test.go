@@ -51,7 +51,10 @@ const (
 // Services can never converge; every hostile input gets its refusal or
 // Event.
 func TestAHostileTenantCannotStopARollout(t *testing.T) {
-	ctx, env := startEnv(t, Options{AlsoAllowed: []string{hostile}, Readiness: 0})
+	ctx, env := startEnv(t, Options{AlsoAllowed: []string{hostile}, Readiness: 0,
+		// Backends the operator listed that no HAProxy has (a typo, one
+		// not deployed yet): a Service mapping them cannot converge.
+		AlsoListed: []string{"nosuch", "nosuch2", "ghost"}})
 	k := env.Cluster.Client
 	clients, obs := startRollout(t, ctx, env)
 

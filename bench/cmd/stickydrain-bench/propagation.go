@@ -150,8 +150,8 @@ func propagation(ctx context.Context, dir string, logf func(string, ...any), ctl
 
 	// The controller binary, as its shipped ServiceAccount.
 	ctl, err := startController(ctx, c, ctlRun, dir, fmt.Sprintf(`loadBalancers:
-  - {name: edge, type: haproxy, instances: {static: [%s]}, allowedNamespaces: {all: true}}
-  - {name: plus, type: nginx-plus, instances: {static: [%s]}, allowedNamespaces: {all: true}}
+  - {name: edge, type: haproxy, instances: {static: [%s]}, allowedNamespaces: {all: true}, listedUpstreamsOnly: false}
+  - {name: plus, type: nginx-plus, instances: {static: [%s]}, allowedNamespaces: {all: true}, listedUpstreamsOnly: false}
 resync: 10m
 `, strings.Join(haAddrs, ", "), strings.Join(plusAddrs, ", ")))
 	if err != nil {

@@ -74,7 +74,7 @@ func scale(ctx context.Context, dir string, logf func(string, ...any), ctlRun co
 		return "", err
 	}
 	ctl, err := startController(ctx, c, ctlRun, dir,
-		fmt.Sprintf("loadBalancers:\n  - {name: edge, type: haproxy, haproxy: {readyMap: %q}, instances: {static: [%q]}, allowedNamespaces: {all: true}, allowEndpointsWithoutPods: true, allowedCIDRs: [198.18.0.0/15]}\nresync: 30s\n", h.ReadyMap, "unix://"+sock))
+		fmt.Sprintf("loadBalancers:\n  - {name: edge, type: haproxy, haproxy: {readyMap: %q}, instances: {static: [%q]}, allowedNamespaces: {all: true}, listedUpstreamsOnly: false, allowEndpointsWithoutPods: true, allowedCIDRs: [198.18.0.0/15]}\nresync: 30s\n", h.ReadyMap, "unix://"+sock))
 	if err != nil {
 		return "", err
 	}

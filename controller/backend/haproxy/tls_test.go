@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/stickydrain/stickydrain/controller/backend"
-	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
-	"github.com/stickydrain/stickydrain/controller/backend/haproxy/instancetest"
 	"net"
 	"net/netip"
 	"os"
@@ -14,6 +11,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stickydrain/stickydrain/controller/backend"
+	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
+	"github.com/stickydrain/stickydrain/controller/backend/haproxy/instancetest"
 
 	"github.com/stickydrain/stickydrain/certs"
 	"github.com/stickydrain/stickydrain/controller/plan"

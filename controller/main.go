@@ -345,7 +345,7 @@ func (w *configWatcher) applyHeld(ctx context.Context, c *config.Config, revs []
 // apply applies a valid change, or holds it while it would take servers
 // out of live upstreams: they leave when their pods go or their Service
 // is unmapped, not because a line of the configuration went. It reports
-// whether the change is settled.
+// whether the change is applied (false: held, to be tried again).
 func (w *configWatcher) apply(ctx context.Context, c *config.Config) bool {
 	revs, err := w.r.Revoked(ctx, c)
 	if err != nil {

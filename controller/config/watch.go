@@ -15,7 +15,7 @@ import (
 // checks what belongs to each load balancer's type), or refused with the
 // reason if it is not (once per content); a refused change leaves the
 // running configuration as it is.
-// apply returns whether the content is settled (applied); when it is not
+// apply returns whether the content is applied; when it is not
 // (held), the same content is given to apply again at the next interval.
 // back, when not nil, is called when the file returns to the running
 // configuration's content after a refused or held one: nothing is pending

@@ -54,9 +54,9 @@ func TestWatchAppliesValidChangesAndRefusesInvalidOnes(t *testing.T) {
 	}
 }
 
-// A change apply does not settle (it would take live servers) is given
-// again at each interval until it does; a deleted file changes nothing.
-func TestWatchRetriesAChangeNotSettledAndIgnoresADeletedFile(t *testing.T) {
+// A change apply holds (it would take live servers) is given
+// again at each interval until it is applied; a deleted file changes nothing.
+func TestWatchRetriesAHeldChangeAndIgnoresADeletedFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "c.yaml")
 	if err := os.WriteFile(path, []byte("resync: 1m\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -68,14 +68,14 @@ func TestWatchRetriesAChangeNotSettledAndIgnoresADeletedFile(t *testing.T) {
 	go config.Watch(ctx, path, nil, 10*time.Millisecond, drivers.New(), func(*config.Config, []byte) bool {
 		n++
 		calls <- n
-		return n >= 3 // held twice, then settled
+		return n >= 3 // held twice, then applied
 	}, func(err error) { t.Errorf("refused: %v", err) }, nil)
 	deadline := time.After(5 * time.Second)
 	for got := 0; got < 3; {
 		select {
 		case got = <-calls:
 		case <-deadline:
-			t.Fatalf("apply called %d times, want 3 (retried until settled)", got)
+			t.Fatalf("apply called %d times, want 3 (retried until applied)", got)
 		}
 	}
 	if err := os.Remove(path); err != nil {

@@ -5,7 +5,8 @@
 //
 // The core, Tracker, is plain bookkeeping with no I/O: it is fed the
 // identity each probe reads (HAProxy's Pid and start time, NGINX Plus'
-// generation and load time) and the Services settled on each instance, and
+// generation and load time) and the Services done on each instance
+// (everything they ask of it applied, or their mapping refused), and
 // answers two questions — did this instance become a new process (repair
 // it now), and is it filled (mark it ready). Watcher is the loop that
 // probes every instance about once a second and feeds the Tracker.
@@ -14,16 +15,16 @@
 //
 //	known identity │ read identity │ result
 //	───────────────┼───────────────┼──────────────────────────────────────
-//	none           │ X             │ New: fill it; nothing settled yet
+//	none           │ X             │ New: fill it; nothing done yet
 //	X              │ X             │ nothing
-//	X              │ Y             │ New: fill it again; settled forgotten,
+//	X              │ Y             │ New: fill it again; done forgotten,
 //	               │               │ marker due again once filled
 //
 // An instance counts as filled for identity X when every Service that maps
-// onto its load balancer has settled on it since X was first seen: its
+// onto its load balancer is done on it since X was first seen: its
 // upstreams converged there, or its mapping was refused (a refused Service
 // must not keep every instance of a shared load balancer unready). A
-// settlement recorded under an identity other than the current one is
+// Service recorded done under an identity other than the current one is
 // ignored: it was made on a process that is gone.
 package liveness
 
@@ -33,7 +34,7 @@ import (
 )
 
 // Tracker holds, per instance, the process identity last read and what
-// has settled on that process. It is safe for concurrent use.
+// is done on that process. It is safe for concurrent use.
 type Tracker struct {
 	mu   sync.Mutex
 	inst map[string]*process
@@ -41,7 +42,7 @@ type Tracker struct {
 
 type process struct {
 	identity string
-	settled  map[string]bool // Service keys settled on this process
+	done     map[string]bool // Service keys done on this process
 	marked   bool            // its readiness marker is set
 }
 
@@ -62,7 +63,7 @@ func (t *Tracker) Observe(id, identity string) (isNew bool) {
 	if p != nil && p.identity == identity {
 		return false
 	}
-	t.inst[id] = &process{identity: identity, settled: map[string]bool{}}
+	t.inst[id] = &process{identity: identity, done: map[string]bool{}}
 	return true
 }
 
@@ -76,26 +77,26 @@ func (t *Tracker) Identity(id string) string {
 	return ""
 }
 
-// Settle records that service is settled on instance id's process
+// Done records that service is done on instance id's process
 // identity. It is ignored when identity is not the current one.
-func (t *Tracker) Settle(id, identity, service string) {
+func (t *Tracker) Done(id, identity, service string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p := t.inst[id]; p != nil && identity != "" && p.identity == identity {
-		p.settled[service] = true
+		p.done[service] = true
 	}
 }
 
-// Unsettled lists, sorted, the Services of required that have not settled
+// Pending lists, sorted, the Services of required that are not done
 // on instance id's current process. It is nil when the instance is filled.
-// An instance never observed is unsettled for every Service.
-func (t *Tracker) Unsettled(id string, required []string) []string {
+// An instance never observed has every Service pending.
+func (t *Tracker) Pending(id string, required []string) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.inst[id]
 	var out []string
 	for _, s := range required {
-		if p == nil || !p.settled[s] {
+		if p == nil || !p.done[s] {
 			out = append(out, s)
 		}
 	}
@@ -104,10 +105,10 @@ func (t *Tracker) Unsettled(id string, required []string) []string {
 }
 
 // MarkDue reports whether instance id is filled (every Service of required
-// settled) on its current process and its marker not yet set, and returns
+// done) on its current process and its marker not yet set, and returns
 // that process' identity for Marked.
 func (t *Tracker) MarkDue(id string, required []string) (identity string, due bool) {
-	if len(t.Unsettled(id, required)) > 0 {
+	if len(t.Pending(id, required)) > 0 {
 		return "", false
 	}
 	t.mu.Lock()

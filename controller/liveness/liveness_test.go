@@ -15,10 +15,10 @@ func TestTracker(t *testing.T) {
 	observe := func(id string) func(*Tracker) any {
 		return func(tr *Tracker) any { return tr.Observe("lb-1", id) }
 	}
-	settle := func(id, svc string) func(*Tracker) any {
-		return func(tr *Tracker) any { tr.Settle("lb-1", id, svc); return nil }
+	done := func(id, svc string) func(*Tracker) any {
+		return func(tr *Tracker) any { tr.Done("lb-1", id, svc); return nil }
 	}
-	unsettled := func(tr *Tracker) any { return tr.Unsettled("lb-1", required) }
+	pending := func(tr *Tracker) any { return tr.Pending("lb-1", required) }
 	due := func(tr *Tracker) any { id, ok := tr.MarkDue("lb-1", required); return [2]any{id, ok} }
 	mark := func(id string) func(*Tracker) any {
 		return func(tr *Tracker) any { tr.Marked("lb-1", id); return tr.IsMarked("lb-1") }
@@ -27,8 +27,8 @@ func TestTracker(t *testing.T) {
 		name  string
 		steps []step
 	}{
-		{"an instance never probed is unsettled for every Service and not due", []step{
-			{unsettled, []string{"billing/api", "shop/web"}},
+		{"an instance never probed has every Service pending and not due", []step{
+			{pending, []string{"billing/api", "shop/web"}},
 			{due, [2]any{"", false}},
 		}},
 		{"a first sight is new; the same identity again is not; a failed probe changes nothing", []step{
@@ -36,34 +36,34 @@ func TestTracker(t *testing.T) {
 			{observe("p1"), false},
 			{observe(""), false},
 		}},
-		{"filled once every required Service settled on the current process, marked once", []step{
+		{"filled once every required Service is done on the current process, marked once", []step{
 			{observe("p1"), true},
-			{settle("p1", "shop/web"), nil},
-			{unsettled, []string{"billing/api"}},
+			{done("p1", "shop/web"), nil},
+			{pending, []string{"billing/api"}},
 			{due, [2]any{"", false}},
-			{settle("p1", "billing/api"), nil},
-			{unsettled, []string(nil)},
+			{done("p1", "billing/api"), nil},
+			{pending, []string(nil)},
 			{due, [2]any{"p1", true}},
 			{mark("p1"), true},
 			{due, [2]any{"", false}},
 		}},
-		{"a settlement made on a process that is gone counts for nothing", []step{
+		{"a Service done on a process that is gone counts for nothing", []step{
 			{observe("p1"), true},
-			{settle("p0", "shop/web"), nil},
-			{settle("p0", "billing/api"), nil},
+			{done("p0", "shop/web"), nil},
+			{done("p0", "billing/api"), nil},
 			{due, [2]any{"", false}},
 		}},
-		{"a restart forgets what settled and the marker: filled again before it is due", []step{
+		{"a restart forgets what was done and the marker: filled again before it is due", []step{
 			{observe("p1"), true},
-			{settle("p1", "shop/web"), nil},
-			{settle("p1", "billing/api"), nil},
+			{done("p1", "shop/web"), nil},
+			{done("p1", "billing/api"), nil},
 			{mark("p1"), true},
 			{observe("p2"), true},
 			{func(tr *Tracker) any { return tr.IsMarked("lb-1") }, false},
-			{unsettled, []string{"billing/api", "shop/web"}},
+			{pending, []string{"billing/api", "shop/web"}},
 			{mark("p1"), false}, // a late marker of the old process is not this one's
-			{settle("p2", "shop/web"), nil},
-			{settle("p2", "billing/api"), nil},
+			{done("p2", "shop/web"), nil},
+			{done("p2", "billing/api"), nil},
 			{due, [2]any{"p2", true}},
 		}},
 		{"no Service mapped: filled as soon as it is seen", []step{

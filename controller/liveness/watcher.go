@@ -17,7 +17,7 @@ type Source interface {
 	// (a fresh replica must be filled before it may become ready).
 	Instances(ctx context.Context) (map[string][]backend.Instance, error)
 	// Required lists the keys of the Services mapped onto load balancer
-	// lb: each must settle on a process before it is filled.
+	// lb: each must be done on a process before it is filled.
 	Required(ctx context.Context, lb string) ([]string, error)
 	// Renew is told that instance inst of lb is a process not seen
 	// before (a first sight, a restart, a reload, or back after missed

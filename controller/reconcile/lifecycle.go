@@ -76,23 +76,23 @@ func (r *Reconciler) servicesOf(ctx context.Context, lb string) ([]types.Namespa
 	return out, nil
 }
 
-// settle records that svc is settled on every instance of lb that
+// markDone records that svc is done on every instance of lb that
 // answered (ok): its upstreams there converged, or its mapping was refused
 // and it asks nothing of lb. It then sets the marker of each instance that
 // is filled now, at once rather than at the next probe.
-func (r *Reconciler) settle(ctx context.Context, svc types.NamespacedName, lb string, insts []backend.Instance, identities []string, ok []bool) {
+func (r *Reconciler) markDone(ctx context.Context, svc types.NamespacedName, lb string, insts []backend.Instance, identities []string, ok []bool) {
 	for i, inst := range insts {
 		if ok[i] {
-			r.liveness.Settle(inst.ID(), identities[i], svc.String())
+			r.liveness.Done(inst.ID(), identities[i], svc.String())
 		}
 	}
 	r.watcher.Mark(ctx, lb, insts)
 }
 
-// settleRefused settles svc on every instance of each load balancer its
+// doneRefused marks svc done on every instance of each load balancer its
 // annotation names: a refused mapping must not keep a shared load
 // balancer's fresh replicas out of rotation.
-func (r *Reconciler) settleRefused(ctx context.Context, svc types.NamespacedName, annotation string) {
+func (r *Reconciler) doneRefused(ctx context.Context, svc types.NamespacedName, annotation string) {
 	lbs := map[string]bool{}
 	for _, k := range upstreamKeys(annotation) {
 		if lb, _, ok := strings.Cut(k, "/"); ok {
@@ -113,15 +113,15 @@ func (r *Reconciler) settleRefused(ctx context.Context, svc types.NamespacedName
 		for i, inst := range insts {
 			ids[i], ok[i] = r.liveness.Identity(inst.ID()), true
 		}
-		r.settle(ctx, svc, name, insts, ids, ok)
+		r.markDone(ctx, svc, name, insts, ids, ok)
 	}
 }
 
-// settleOwned settles svc, after a pass, on each instance where every one
+// doneOwned marks svc done, after a pass, on each instance where every one
 // of its upstreams on that load balancer converged, and on every instance
 // of a load balancer it names but owns nothing of (a conflict: it asks
 // nothing of that load balancer).
-func (r *Reconciler) settleOwned(ctx context.Context, svc types.NamespacedName, annotation string, owned []upstreamRef, outcomes [][]instanceOutcome) {
+func (r *Reconciler) doneOwned(ctx context.Context, svc types.NamespacedName, annotation string, owned []upstreamRef, outcomes [][]instanceOutcome) {
 	type agg struct {
 		inst     backend.Instance
 		identity string
@@ -137,10 +137,10 @@ func (r *Reconciler) settleOwned(ctx context.Context, svc types.NamespacedName, 
 		for _, o := range outcomes[i] {
 			a := m[o.inst.ID()]
 			if a == nil {
-				m[o.inst.ID()] = &agg{o.inst, o.identity, o.settled}
+				m[o.inst.ID()] = &agg{o.inst, o.identity, o.final}
 				continue
 			}
-			a.ok = a.ok && o.settled && a.identity == o.identity
+			a.ok = a.ok && o.final && a.identity == o.identity
 		}
 	}
 	for lb, m := range byLB {
@@ -150,7 +150,7 @@ func (r *Reconciler) settleOwned(ctx context.Context, svc types.NamespacedName, 
 		for _, a := range m {
 			insts, ids, ok = append(insts, a.inst), append(ids, a.identity), append(ok, a.ok)
 		}
-		r.settle(ctx, svc, lb, insts, ids, ok)
+		r.markDone(ctx, svc, lb, insts, ids, ok)
 	}
 	var refused []string
 	for _, k := range upstreamKeys(annotation) {
@@ -159,7 +159,7 @@ func (r *Reconciler) settleOwned(ctx context.Context, svc types.NamespacedName, 
 		}
 	}
 	if len(refused) > 0 {
-		r.settleRefused(ctx, svc, strings.Join(refused, ","))
+		r.doneRefused(ctx, svc, strings.Join(refused, ","))
 	}
 }
 

@@ -228,7 +228,7 @@ func (r *Reconciler) mapSlice(ctx context.Context, o client.Object) []ctrl.Reque
 // Reconcile brings every upstream of one Service in step on every
 // instance, in four steps: what the Service asks for (desired), what the
 // rules let it have (admitted), each upstream on every instance of its load
-// balancer (converge), and what the pass leaves behind (settle).
+// balancer (converge), and what the pass leaves behind (done).
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	cfg, policy := r.rules()
 	key := req.NamespacedName
@@ -280,9 +280,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	// Service mapped onto two load balancers is not drained on one after
 	// the other.
 	outcomes, converged := r.convergeAll(ctx, &svc, owned, admitted)
-	// Settle: the instances it is settled on may be marked filled.
-	r.settleOwned(ctx, key, annotation, owned, outcomes)
-	if !converged && len(held) == 0 && allSettled(outcomes) {
+	// Done: the instances it is done on may be marked filled.
+	r.doneOwned(ctx, key, annotation, owned, outcomes)
+	if !converged && len(held) == 0 && allFinal(outcomes) {
 		// Every failure was an instance that cannot hold what the Service
 		// asks: the operator's or the Service's to fix, not a passing
 		// fault. Tried again at a slower pace, so that such Services do
@@ -301,12 +301,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // instances that cannot hold its upstreams is tried again.
 const cannotHoldRetry = 30 * time.Second
 
-// allSettled reports whether every instance of every upstream settled
+// allFinal reports whether every instance of every upstream is final
 // (converged, or cannot hold what the Service asks).
-func allSettled(outcomes [][]instanceOutcome) bool {
+func allFinal(outcomes [][]instanceOutcome) bool {
 	for _, os := range outcomes {
 		for _, o := range os {
-			if !o.settled {
+			if !o.final {
 				return false
 			}
 		}
@@ -326,11 +326,11 @@ func (r *Reconciler) unmap(ctx context.Context, policy *tenancy.Policy, key type
 	return ctrl.Result{}
 }
 
-// refuseMapping reports a mapping that cannot be read, and settles the
-// Service on the load balancers it names (it asks nothing of them).
+// refuseMapping reports a mapping that cannot be read, and marks the
+// Service done on the load balancers it names (it asks nothing of them).
 func (r *Reconciler) refuseMapping(ctx context.Context, svc *corev1.Service, annotation string, err error) {
 	r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, api.ReasonBadMapping, "Map", "%v", err)
-	r.settleRefused(ctx, client.ObjectKeyFromObject(svc), annotation)
+	r.doneRefused(ctx, client.ObjectKeyFromObject(svc), annotation)
 }
 
 // admitAll admits the desired endpoints on each load balancer the owned
@@ -392,10 +392,10 @@ type instanceOutcome struct {
 	inst     backend.Instance
 	identity string
 	ok       bool
-	// settled: ok, or every failure was the instance answering that it
+	// final: ok, or every failure was the instance answering that it
 	// cannot hold what the Service asks (backend.ErrCannotHold), which is
 	// the Service's to fix and must not hold the instance's readiness.
-	settled bool
+	final bool
 }
 
 // converge applies one upstream's desired servers on every instance of its
@@ -420,7 +420,7 @@ func (r *Reconciler) converge(ctx context.Context, svc *corev1.Service, u upstre
 	}
 	wg.Wait()
 	r.recordGauges(u, results, counts, oldest, r.drainDeadline(ctx, desired))
-	return r.settleDrains(u, desired, results)
+	return r.recordDrains(u, desired, results)
 }
 
 // drainDeadline is when the first grace period of the pods behind the
@@ -516,7 +516,7 @@ func (r *Reconciler) applyOn(ctx context.Context, svc *corev1.Service, lb *confi
 	p, err := inst.Begin(ctx, u.Upstream)
 	if err != nil {
 		if errors.Is(err, backend.ErrCannotHold) {
-			res.settled = true
+			res.final = true
 			r.cannotHold(svc, u, inst, err)
 			return res
 		}
@@ -537,7 +537,7 @@ func (r *Reconciler) applyOn(ctx context.Context, svc *corev1.Service, lb *confi
 	}
 	changes := plan.Calculate(cur, target)
 	errs := p.Apply(ctx, changes)
-	res.ok, res.settled = true, true
+	res.ok, res.final = true, true
 	var cannot error
 	for j, ch := range changes {
 		result := "ok"
@@ -549,7 +549,7 @@ func (r *Reconciler) applyOn(ctx context.Context, svc *corev1.Service, lb *confi
 				cannot = errs[j]
 				log.V(1).Info("the instance cannot hold this change", "instance", inst.ID(), "op", ch.Op, "server", ch.Addr.String(), "error", errs[j].Error())
 			} else {
-				res.settled = false
+				res.final = false
 				r.Metrics.lbErrors.WithLabelValues(u.LB, "apply").Inc()
 				log.Error(errs[j], "applying change", "instance", inst.ID(), "op", ch.Op, "server", ch.Addr.String())
 			}
@@ -594,13 +594,13 @@ func (r *Reconciler) recordSlots(u upstreamRef, results []instanceResult) {
 	}
 }
 
-// settleDrains records what the instances that answered did: how long
+// recordDrains records what the instances that answered did: how long
 // each drain took to reach them, the Draining and Removed Events, and the
 // servers the ledger may forget. It returns each instance's outcome and
 // whether every instance converged. Events speak of the instances that
 // answered; one that is down converges when it returns (every pass reads
 // its actual state).
-func (r *Reconciler) settleDrains(u upstreamRef, desired map[netip.AddrPort]endpoints.Endpoint, results []instanceResult) ([]instanceOutcome, bool) {
+func (r *Reconciler) recordDrains(u upstreamRef, desired map[netip.AddrPort]endpoints.Endpoint, results []instanceResult) ([]instanceOutcome, bool) {
 	allOK, answered := true, 0
 	for _, res := range results {
 		allOK = allOK && res.ok
@@ -623,7 +623,7 @@ func (r *Reconciler) settleDrains(u upstreamRef, desired map[netip.AddrPort]endp
 		}
 		// Servers no longer desired are gone from every instance that
 		// answered.
-		for _, g := range r.ledger.settle(u, desired) {
+		for _, g := range r.ledger.forgetGone(u, desired) {
 			r.announce(g.pod, u, g.addr, api.ServerNote{Reason: api.ReasonRemoved, Server: g.addr.String(), Upstream: u.String(), Answered: answered, Instances: len(results)})
 		}
 	}

@@ -123,7 +123,7 @@ type goneServer struct {
 
 // drainLedger is what the controller knows of each upstream's drains.
 // Invariants: an upstream's entries exist only while it has desired
-// servers with a pod or terminating (observe adds them, settle removes
+// servers with a pod or terminating (observe adds them, forgetGone removes
 // what is no longer desired and the upstream once empty); a server's
 // drain start is the first time it was seen terminating, kept while it
 // stays desired; an announcement's count only grows, until the server is
@@ -187,10 +187,10 @@ func (l *drainLedger) since(u upstreamRef, a netip.AddrPort) (time.Time, bool) {
 	return t, ok
 }
 
-// settle forgets u's servers that are no longer desired, once the
+// forgetGone forgets u's servers that are no longer desired, once the
 // instances that answered no longer have them, and returns them with
 // their pods (to announce). An upstream left with nothing is forgotten.
-func (l *drainLedger) settle(u upstreamRef, desired map[netip.AddrPort]endpoints.Endpoint) []goneServer {
+func (l *drainLedger) forgetGone(u upstreamRef, desired map[netip.AddrPort]endpoints.Endpoint) []goneServer {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	terminating, pods := l.terminating[u], l.pods[u]

@@ -77,23 +77,23 @@ func TestDrainLedger(t *testing.T) {
 		t.Errorf("since = %v %v", since, ok)
 	}
 	// Still desired: nothing is gone.
-	if gone := l.settle(u, d); len(gone) != 0 {
-		t.Errorf("settle with every server desired: %v", gone)
+	if gone := l.forgetGone(u, d); len(gone) != 0 {
+		t.Errorf("forgetGone with every server desired: %v", gone)
 	}
 	// p2 goes: it is gone once, with its pod; its drain start is forgotten.
 	d = map[netip.AddrPort]endpoints.Endpoint{a1: pod("p1", plan.Active, false)}
-	gone := l.settle(u, d)
+	gone := l.forgetGone(u, d)
 	if len(gone) != 1 || gone[0].addr != a2 || gone[0].pod.PodName != "p2" {
 		t.Errorf("gone = %+v, want p2 at %s", gone, a2)
 	}
 	if _, ok := l.since(u, a2); ok {
 		t.Error("a gone server's drain start is kept")
 	}
-	if gone := l.settle(u, d); len(gone) != 0 {
+	if gone := l.forgetGone(u, d); len(gone) != 0 {
 		t.Errorf("a server was gone twice: %v", gone)
 	}
 	// The upstream emptied: forgotten.
-	l.settle(u, nil)
+	l.forgetGone(u, nil)
 	if _, ok := l.pods[u]; ok {
 		t.Error("an empty upstream is kept")
 	}

@@ -51,7 +51,7 @@ func rollingUpdate(t *testing.T, opts Options) {
 	}
 	must.Eventually(t, ctx, 300*time.Millisecond, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
 	clients.StopNewSessions()
-	settle(ctx, obs, false)
+	awaitRemovals(ctx, obs, false)
 
 	s := everySessionKept(t, clients)
 	// A logout on a draining pod is followed by a login that must land
@@ -161,11 +161,11 @@ func preStopReturnedOnTime(ctx context.Context, t *testing.T, env *Env, clients 
 	}
 }
 
-// settle gives the observer up to 10 s to see the last old pod's server
+// awaitRemovals gives the observer up to 10 s to see the last old pod's server
 // leave the load balancers (the controller removes it milliseconds after
 // the pod goes, the observer samples every 100 ms); the assertions that
 // follow decide.
-func settle(ctx context.Context, obs *Observer, plus bool) {
+func awaitRemovals(ctx context.Context, obs *Observer, plus bool) {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		done := true
@@ -315,7 +315,7 @@ func TestRolloutAlsoDrainsOnNGINXPlus(t *testing.T) {
 	t.Log("NGINX Plus API emulator 2 restarted mid-drain (with its state file)")
 	must.Eventually(t, ctx, 300*time.Millisecond, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
 	clients.StopNewSessions()
-	settle(ctx, obs, true)
+	awaitRemovals(ctx, obs, true)
 	if s := clients.Stats(); s.Misrouted != 0 || s.Errors != 0 || s.SessionsKept != s.Sessions {
 		t.Errorf("sessions: %+v", s)
 	}

@@ -93,7 +93,7 @@ func ingressScenario(t *testing.T, kind Ingress) {
 		t.Fatal(err)
 	}
 	must.Eventually(t, ctx, 300*time.Millisecond, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
-	settleIngress(ctx, obs, replicas)
+	awaitIngressRemovals(ctx, obs, replicas)
 	if u := env.uninjected(ctx, "v2"); len(u) > 0 {
 		t.Errorf("pods created after the webhook's outage without the drain: %v", u)
 	}
@@ -129,7 +129,7 @@ func ingressScenario(t *testing.T, kind Ingress) {
 	}
 	t.Logf("%s kube-apiserver ready again", stamp())
 	must.Eventually(t, ctx, 300*time.Millisecond, "the evicted pod replaced", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
-	settleIngress(ctx, obs, replicas+1)
+	awaitIngressRemovals(ctx, obs, replicas+1)
 
 	// A scale-down by one, the first replica cut off the API server.
 	var d appsv1.Deployment
@@ -149,7 +149,7 @@ func ingressScenario(t *testing.T, kind Ingress) {
 	heal()
 	healed := time.Now()
 	must.Eventually(t, ctx, 300*time.Millisecond, "the scale-down", func() bool { return env.RolloutDone(ctx, "v2", replicas-1) })
-	settleIngress(ctx, obs, replicas+2)
+	awaitIngressRemovals(ctx, obs, replicas+2)
 	clients.StopNewSessions()
 
 	t.Logf("%s %s", kind, env.ingressPeer.Version)
@@ -208,9 +208,9 @@ func ingressScenario(t *testing.T, kind Ingress) {
 // where a Traefik replica fenced at 5.1 s had every session kept.
 const ingressReactionBound = api.DefaultMinWait
 
-// settleIngress waits up to 20 s until n terminated pods have left the
+// awaitIngressRemovals waits up to 20 s until n terminated pods have left the
 // ingress; the assertions decide.
-func settleIngress(ctx context.Context, obs *Observer, n int) {
+func awaitIngressRemovals(ctx context.Context, obs *Observer, n int) {
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		done := 0

@@ -329,9 +329,9 @@ func soakOne(t *testing.T, target soakTarget, d time.Duration, rng *rand.Rand) s
 	})
 	clients.StopNewSessions()
 	if target.Ingress != "" {
-		settleIngress(ctx, obs, len(obs.Records()))
+		awaitIngressRemovals(ctx, obs, len(obs.Records()))
 	} else {
-		settle(ctx, obs, true)
+		awaitRemovals(ctx, obs, true)
 	}
 
 	row := soakRow{flavour: target.Name(), injected: map[string]int{}, problems: map[string]int{}, stats: clients.Stats(), rollouts: version - 1, memory: memory}

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
-	"strings"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/stickydrain/stickydrain/controller/config"
 )
@@ -24,9 +24,9 @@ type Driver interface {
 	// options (config.LoadBalancer's json name, "haproxy"), "" if none.
 	OptionsField() string
 	// Validate checks what belongs to the type: its options and its static
-	// instance addresses. Each error names its field under field
+	// instance addresses. Each error is a field error under path
 	// (loadBalancers[i]).
-	Validate(field string, lb config.LoadBalancer) []error
+	Validate(path *field.Path, lb config.LoadBalancer) field.ErrorList
 	// InstanceAddress is the address of an instance found as an endpoint
 	// of the load balancer's instance Service (its options may choose the
 	// scheme).
@@ -81,12 +81,12 @@ func (r *Registry) Types() []string {
 
 // CheckType checks lb against its type's driver: the type is registered,
 // no other type's options are set, and the driver's own checks pass.
-func (r *Registry) CheckType(field string, lb config.LoadBalancer) []error {
+func (r *Registry) CheckType(path *field.Path, lb config.LoadBalancer) field.ErrorList {
 	d, ok := r.drivers[lb.Type]
 	if !ok {
-		return []error{fmt.Errorf("%s.type: %q is not one of %s", field, lb.Type, strings.Join(r.Types(), ", "))}
+		return field.ErrorList{field.NotSupported(path.Child("type"), lb.Type, r.Types())}
 	}
-	var errs []error
+	var errs field.ErrorList
 	for _, set := range lb.OptionFields() {
 		if set == d.OptionsField() {
 			continue
@@ -98,12 +98,12 @@ func (r *Registry) CheckType(field string, lb config.LoadBalancer) []error {
 			}
 		}
 		if owner == "" {
-			errs = append(errs, fmt.Errorf("%s.%s: no load-balancer type of this build takes it", field, set))
+			errs = append(errs, field.Forbidden(path.Child(set), "no load-balancer type of this build takes it"))
 			continue
 		}
-		errs = append(errs, fmt.Errorf("%s.%s: only for type %s", field, set, owner))
+		errs = append(errs, field.Forbidden(path.Child(set), "only for type "+owner))
 	}
-	return append(errs, d.Validate(field, lb)...)
+	return append(errs, d.Validate(path, lb)...)
 }
 
 // New returns the instance at addr of lb, by its type's driver.

@@ -12,15 +12,16 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 )
 
 // TypeChecker checks what belongs to a load balancer's type — that the
 // type exists, its options, its instance addresses — for Validate: the
 // backends' drivers know it (backend.Registry implements it). Each error
-// names its field under field (loadBalancers[i]).
+// is a field error under path (loadBalancers[i]).
 type TypeChecker interface {
-	CheckType(field string, lb LoadBalancer) []error
+	CheckType(path *field.Path, lb LoadBalancer) field.ErrorList
 }
 
 // Config is the file given with --config.
@@ -327,73 +328,83 @@ func Load(path string, types TypeChecker) (*Config, error) {
 	return c, nil
 }
 
-// Validate reports every problem, each naming its field: what every
-// load balancer shares here, what belongs to its type from types.
+// Validate reports every problem as a field error (k8s.io/apimachinery's
+// field.Error: the field's path, what is wrong with its value and the
+// accepted form), one per line: what every load balancer shares here,
+// what belongs to its type from types.
 func (c *Config) Validate(types TypeChecker) error {
 	if types == nil {
 		return errors.New("config: no load-balancer types to check against (a build registers them: controller/drivers)")
 	}
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
-	}
+	var errs field.ErrorList
 	if c.Resync.Duration < time.Second {
-		bad("resync", "%s is too short; want at least 1s", c.Resync.Duration)
+		errs = append(errs, field.Invalid(field.NewPath("resync"), c.Resync.String(), "too short; want at least 1s"))
 	}
 	seen := map[string]bool{}
 	for i, lb := range c.LoadBalancers {
-		f := fmt.Sprintf("loadBalancers[%d]", i)
+		f := field.NewPath("loadBalancers").Index(i)
 		if !nameRE.MatchString(lb.Name) {
-			bad(f+".name", "%q is not a DNS label (lower-case letters, digits, -)", lb.Name)
+			errs = append(errs, field.Invalid(f.Child("name"), lb.Name, "not a DNS label (lower-case letters, digits, -)"))
 		} else if seen[lb.Name] {
-			bad(f+".name", "%q is used twice", lb.Name)
+			errs = append(errs, field.Duplicate(f.Child("name"), lb.Name))
 		}
 		seen[lb.Name] = true
 		errs = append(errs, types.CheckType(f, lb)...)
-		validateTenancy(f, lb, bad)
+		errs = append(errs, validateTenancy(f, lb)...)
 		if lb.Timeout.Duration <= 0 {
-			bad(f+".timeout", "want a positive duration")
+			errs = append(errs, field.Invalid(f.Child("timeout"), lb.Timeout.String(), "want a positive duration such as 5s"))
 		}
-		in := lb.Instances
+		in, inf := lb.Instances, f.Child("instances")
 		switch {
 		case len(in.Static) > 0 && in.Service != nil:
-			bad(f+".instances", "give static or service, not both")
+			errs = append(errs, field.Forbidden(inf, "give static or service, not both"))
 		case len(in.Static) == 0 && in.Service == nil:
-			bad(f+".instances", "empty; want static: [addresses] or service: {namespace, name, port}")
+			errs = append(errs, field.Required(inf, "want static: [addresses] or service: {namespace, name, port}"))
 		}
 		if s := in.Service; s != nil {
 			if s.Namespace == "" || s.Name == "" || s.Port == "" {
-				bad(f+".instances.service", "want namespace, name and port (the endpoint port name or number)")
+				errs = append(errs, field.Required(inf.Child("service"), "want namespace, name and port (the endpoint port name or number)"))
 			}
 		}
 	}
 	if eg := c.EnvoyGateway; eg != nil {
+		gw := field.NewPath("envoyGateway", "gateways")
 		if len(eg.Gateways) == 0 {
-			bad("envoyGateway.gateways", "empty; want [{namespace, name, allowedNamespaces}], or leave envoyGateway out")
+			errs = append(errs, field.Required(gw, "want [{namespace, name, allowedNamespaces}], or leave envoyGateway out"))
 		}
 		seenGW := map[string]bool{}
 		for i, g := range eg.Gateways {
-			f := fmt.Sprintf("envoyGateway.gateways[%d]", i)
+			f := gw.Index(i)
 			if !nameRE.MatchString(g.Namespace) {
-				bad(f+".namespace", "%q is not a namespace name (a DNS label)", g.Namespace)
+				errs = append(errs, field.Invalid(f.Child("namespace"), g.Namespace, "not a namespace name (a DNS label)"))
 			}
 			if !objectNameRE.MatchString(g.Name) || len(g.Name) > 253-len(GatewayPolicyPrefix) {
-				bad(f+".name", "%q is not a Gateway name (lower-case letters, digits, - and ., at most %d characters)", g.Name, 253-len(GatewayPolicyPrefix))
+				errs = append(errs, field.Invalid(f.Child("name"), g.Name, fmt.Sprintf("not a Gateway name (lower-case letters, digits, - and ., at most %d characters)", 253-len(GatewayPolicyPrefix))))
 			}
 			key := g.Namespace + "/" + g.Name
 			if seenGW[key] {
-				bad(f, "Gateway %s is listed twice", key)
+				errs = append(errs, field.Duplicate(f, key))
 			}
 			seenGW[key] = true
-			validateNamespaces(f+".allowedNamespaces", g.AllowedNamespaces, bad)
+			errs = append(errs, validateNamespaces(f.Child("allowedNamespaces"), g.AllowedNamespaces)...)
 			switch g.ActiveHealthChecks {
 			case "", ActiveHealthChecksRefuse, ActiveHealthChecksAllow:
 			default:
-				bad(f+".activeHealthChecks", "%q: want refuse or allow", g.ActiveHealthChecks)
+				errs = append(errs, field.NotSupported(f.Child("activeHealthChecks"), g.ActiveHealthChecks, []string{ActiveHealthChecksRefuse, ActiveHealthChecksAllow}))
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return joinFieldErrors(errs)
+}
+
+// joinFieldErrors is errs as one error, one per line (nil when none); each
+// stays a *field.Error for errors.As.
+func joinFieldErrors(errs field.ErrorList) error {
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		out[i] = e
+	}
+	return errors.Join(out...)
 }
 
 // GatewayPolicyPrefix begins the name of the EnvoyPatchPolicy the
@@ -406,61 +417,64 @@ var objectNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$`)
 // NGINX Plus upstream name): no spaces, ';', '/' or ','.
 var UpstreamNameRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]+$`)
 
-func validateTenancy(f string, lb LoadBalancer, bad func(field, format string, args ...any)) {
-	validateNamespaces(f+".allowedNamespaces", lb.AllowedNamespaces, bad)
+func validateTenancy(f *field.Path, lb LoadBalancer) field.ErrorList {
+	errs := validateNamespaces(f.Child("allowedNamespaces"), lb.AllowedNamespaces)
 	seen := map[string]bool{}
 	for j, u := range lb.Upstreams {
-		uf := fmt.Sprintf("%s.upstreams[%d]", f, j)
+		uf := f.Child("upstreams").Index(j)
 		switch {
 		case !UpstreamNameRE.MatchString(u.Name):
-			bad(uf+".name", "%q is not an upstream name (letters, digits, _ . : -)", u.Name)
+			errs = append(errs, field.Invalid(uf.Child("name"), u.Name, "not an upstream name (letters, digits, _ . : -)"))
 		case seen[u.Name]:
-			bad(uf+".name", "%q is used twice", u.Name)
+			errs = append(errs, field.Duplicate(uf.Child("name"), u.Name))
 		}
 		seen[u.Name] = true
-		validateNamespaces(uf+".allowedNamespaces", u.AllowedNamespaces, bad)
+		errs = append(errs, validateNamespaces(uf.Child("allowedNamespaces"), u.AllowedNamespaces)...)
 		if u.Owner != "" {
 			ns, name, ok := strings.Cut(u.Owner, "/")
 			if !ok || !nameRE.MatchString(ns) || !serviceRE.MatchString(name) {
-				bad(uf+".owner", "%q is not namespace/name of a Service", u.Owner)
+				errs = append(errs, field.Invalid(uf.Child("owner"), u.Owner, "not namespace/name of a Service"))
 			}
 			if u.AllowedNamespaces != nil {
-				bad(uf+".allowedNamespaces", "give owner or allowedNamespaces, not both: an owner is the only Service that may map the upstream")
+				errs = append(errs, field.Forbidden(uf.Child("allowedNamespaces"), "give owner or allowedNamespaces, not both: an owner is the only Service that may map the upstream"))
 			}
 		}
 		if u.Owner == "" && u.AllowedNamespaces == nil && !lb.ListsUpstreams() {
-			bad(uf, "want owner or allowedNamespaces (a name alone lists an upstream as the controller's only where listedUpstreamsOnly is true, the default)")
+			errs = append(errs, field.Required(uf, "want owner or allowedNamespaces (a name alone lists an upstream as the controller's only where listedUpstreamsOnly is true, the default)"))
 		}
 	}
 	for j, c := range lb.AllowedCIDRs {
 		if p, err := netip.ParsePrefix(c); err != nil || p.Masked() != p {
-			bad(fmt.Sprintf("%s.allowedCIDRs[%d]", f, j), "%q is not a network in CIDR form, such as 10.244.0.0/16 or fd00::/64", c)
+			errs = append(errs, field.Invalid(f.Child("allowedCIDRs").Index(j), c, "not a network in CIDR form, such as 10.244.0.0/16 or fd00::/64"))
 		}
 	}
+	return errs
 }
 
 var serviceRE = regexp.MustCompile(`^[a-z]([a-z0-9-]*[a-z0-9])?$`)
 
-func validateNamespaces(f string, n *Namespaces, bad func(field, format string, args ...any)) {
+func validateNamespaces(f *field.Path, n *Namespaces) field.ErrorList {
 	if n == nil {
-		return
+		return nil
 	}
+	var errs field.ErrorList
 	if n.All && (len(n.Names) > 0 || n.Selector != nil) {
-		bad(f, "all: true allows every namespace; names and selector would be ignored, remove them")
+		errs = append(errs, field.Forbidden(f, "all: true allows every namespace; names and selector would be ignored, remove them"))
 	}
 	if !n.All && len(n.Names) == 0 && n.Selector == nil {
-		bad(f, "empty; want names: [...], selector: {matchLabels: ...}, or all: true")
+		errs = append(errs, field.Required(f, "want names: [...], selector: {matchLabels: ...}, or all: true"))
 	}
 	for j, name := range n.Names {
 		if !nameRE.MatchString(name) {
-			bad(fmt.Sprintf("%s.names[%d]", f, j), "%q is not a namespace name (a DNS label)", name)
+			errs = append(errs, field.Invalid(f.Child("names").Index(j), name, "not a namespace name (a DNS label)"))
 		}
 	}
 	if n.Selector != nil {
 		if _, err := metav1.LabelSelectorAsSelector(n.Selector); err != nil {
-			bad(f+".selector", "%v", err)
+			errs = append(errs, field.Invalid(f.Child("selector"), field.OmitValueType{}, err.Error()))
 		}
 	}
+	return errs
 }
 
 // ListsUpstreams reports whether only the listed upstreams are the

@@ -1,9 +1,13 @@
 package config_test
 
 import (
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/drivers"
@@ -36,32 +40,32 @@ resync: 1m
 func TestParseErrorsNameTheField(t *testing.T) {
 	tests := []struct{ name, yaml, want string }{
 		{"unknown field", "loadBalancers: []\nresinc: 1m\n", `unknown field "resinc"`},
-		{"bad type", "loadBalancers: [{name: a, type: f5, instances: {static: [\"tcp://h:1\"]}}]", `loadBalancers[0].type: "f5" is not one of haproxy, nginx-plus`},
-		{"bad address", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"h:1\"]}}]", `loadBalancers[0].instances.static[0]: "h:1" is not unix:///path or tcp://host:port`},
-		{"both instance kinds", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"], service: {namespace: n, name: s, port: p}}}]", "loadBalancers[0].instances: give static or service, not both"},
-		{"duplicate name", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}}, {name: a, type: haproxy, instances: {static: [\"tcp://h:2\"]}}]", `loadBalancers[1].name: "a" is used twice`},
-		{"relative ready map", "loadBalancers: [{name: a, type: haproxy, haproxy: {readyMap: ready.map}, instances: {static: [\"tcp://h:1\"]}}]", `loadBalancers[0].haproxy.readyMap: "ready.map" is not an absolute path`},
-		{"unknown haproxy mode", "loadBalancers: [{name: a, type: haproxy, haproxy: {mode: dyn}, instances: {static: [\"tcp://h:1\"]}}]", `loadBalancers[0].haproxy.mode: "dyn" is not one of slots (the default), dynamic (HAProxy 3.0 and later)`},
-		{"relative tls file", "loadBalancers: [{name: a, type: haproxy, haproxy: {tls: {caFile: ca.crt, certFile: /c, keyFile: /k}}, instances: {static: [\"tcp://h:1\"]}}]", `loadBalancers[0].haproxy.tls.caFile: "ca.crt": want the absolute path of a PEM file`},
-		{"tls on a unix socket", "loadBalancers: [{name: a, type: haproxy, haproxy: {tls: {caFile: /ca, certFile: /c, keyFile: /k}}, instances: {static: [\"unix:///run/admin.sock\"]}}]", `loadBalancers[0].instances.static[0]: "unix:///run/admin.sock": haproxy.tls needs tcp://host:port addresses`},
-		{"haproxy options on nginx-plus", "loadBalancers: [{name: a, type: nginx-plus, haproxy: {readyMap: /r.map}, instances: {static: [\"http://h:1/api\"]}}]", `loadBalancers[0].haproxy: only for type haproxy`},
-		{"both all and names", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedNamespaces: {all: true, names: [shop]}}]", "loadBalancers[0].allowedNamespaces: all: true allows every namespace"},
-		{"empty namespaces", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedNamespaces: {}}]", "loadBalancers[0].allowedNamespaces: empty; want names"},
-		{"bad namespace name", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedNamespaces: {names: [Shop]}}]", `loadBalancers[0].allowedNamespaces.names[0]: "Shop" is not a namespace name`},
-		{"bad selector", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedNamespaces: {selector: {matchExpressions: [{key: t, operator: Near}]}}}]", "loadBalancers[0].allowedNamespaces.selector:"},
-		{"bad owner", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: shop, owner: shop}]}]", `loadBalancers[0].upstreams[0].owner: "shop" is not namespace/name of a Service`},
-		{"owner and namespaces", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: shop, owner: shop/shop, allowedNamespaces: {names: [b]}}]}]", "loadBalancers[0].upstreams[0].allowedNamespaces: give owner or allowedNamespaces, not both"},
-		{"upstream without a rule", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, listedUpstreamsOnly: false, upstreams: [{name: shop}]}]", "loadBalancers[0].upstreams[0]: want owner or allowedNamespaces"},
-		{"upstream twice", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: shop, owner: a/b}, {name: shop, owner: a/c}]}]", `loadBalancers[0].upstreams[1].name: "shop" is used twice`},
-		{"bad upstream name", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: \"sh op\", owner: a/b}]}]", `loadBalancers[0].upstreams[0].name: "sh op" is not an upstream name`},
-		{"bad CIDR", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedCIDRs: [10.0.0.1/8]}]", `loadBalancers[0].allowedCIDRs[0]: "10.0.0.1/8" is not a network in CIDR form`},
+		{"bad type", "loadBalancers: [{name: a, type: f5, instances: {static: [\"tcp://h:1\"]}}]", `loadBalancers[0].type: Unsupported value: "f5": supported values: "haproxy", "nginx-plus"`},
+		{"bad address", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"h:1\"]}}]", `loadBalancers[0].instances.static[0]: Invalid value: "h:1": not unix:///path or tcp://host:port`},
+		{"both instance kinds", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"], service: {namespace: n, name: s, port: p}}}]", "loadBalancers[0].instances: Forbidden: give static or service, not both"},
+		{"duplicate name", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}}, {name: a, type: haproxy, instances: {static: [\"tcp://h:2\"]}}]", `loadBalancers[1].name: Duplicate value: "a"`},
+		{"relative ready map", "loadBalancers: [{name: a, type: haproxy, haproxy: {readyMap: ready.map}, instances: {static: [\"tcp://h:1\"]}}]", `loadBalancers[0].haproxy.readyMap: Invalid value: "ready.map": not an absolute path`},
+		{"unknown haproxy mode", "loadBalancers: [{name: a, type: haproxy, haproxy: {mode: dyn}, instances: {static: [\"tcp://h:1\"]}}]", `loadBalancers[0].haproxy.mode: Invalid value: "dyn": not one of slots (the default), dynamic (HAProxy 3.0 and later)`},
+		{"relative tls file", "loadBalancers: [{name: a, type: haproxy, haproxy: {tls: {caFile: ca.crt, certFile: /c, keyFile: /k}}, instances: {static: [\"tcp://h:1\"]}}]", `loadBalancers[0].haproxy.tls.caFile: Invalid value: "ca.crt": want the absolute path of a PEM file`},
+		{"tls on a unix socket", "loadBalancers: [{name: a, type: haproxy, haproxy: {tls: {caFile: /ca, certFile: /c, keyFile: /k}}, instances: {static: [\"unix:///run/admin.sock\"]}}]", `loadBalancers[0].instances.static[0]: Invalid value: "unix:///run/admin.sock": haproxy.tls needs tcp://host:port addresses`},
+		{"haproxy options on nginx-plus", "loadBalancers: [{name: a, type: nginx-plus, haproxy: {readyMap: /r.map}, instances: {static: [\"http://h:1/api\"]}}]", `loadBalancers[0].haproxy: Forbidden: only for type haproxy`},
+		{"both all and names", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedNamespaces: {all: true, names: [shop]}}]", "loadBalancers[0].allowedNamespaces: Forbidden: all: true allows every namespace"},
+		{"empty namespaces", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedNamespaces: {}}]", "loadBalancers[0].allowedNamespaces: Required value: want names"},
+		{"bad namespace name", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedNamespaces: {names: [Shop]}}]", `loadBalancers[0].allowedNamespaces.names[0]: Invalid value: "Shop": not a namespace name`},
+		{"bad selector", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedNamespaces: {selector: {matchExpressions: [{key: t, operator: Near}]}}}]", "loadBalancers[0].allowedNamespaces.selector: Invalid value: "},
+		{"bad owner", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: shop, owner: shop}]}]", `loadBalancers[0].upstreams[0].owner: Invalid value: "shop": not namespace/name of a Service`},
+		{"owner and namespaces", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: shop, owner: shop/shop, allowedNamespaces: {names: [b]}}]}]", "loadBalancers[0].upstreams[0].allowedNamespaces: Forbidden: give owner or allowedNamespaces, not both"},
+		{"upstream without a rule", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, listedUpstreamsOnly: false, upstreams: [{name: shop}]}]", "loadBalancers[0].upstreams[0]: Required value: want owner or allowedNamespaces"},
+		{"upstream twice", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: shop, owner: a/b}, {name: shop, owner: a/c}]}]", `loadBalancers[0].upstreams[1].name: Duplicate value: "shop"`},
+		{"bad upstream name", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: \"sh op\", owner: a/b}]}]", `loadBalancers[0].upstreams[0].name: Invalid value: "sh op": not an upstream name`},
+		{"bad CIDR", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedCIDRs: [10.0.0.1/8]}]", `loadBalancers[0].allowedCIDRs[0]: Invalid value: "10.0.0.1/8": not a network in CIDR form`},
 		{"bad duration", "resync: soon\nloadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}}]", `"soon" is not a duration`},
-		{"gateway without namespace", "envoyGateway: {gateways: [{name: public}]}", `envoyGateway.gateways[0].namespace: "" is not a namespace name`},
-		{"bad gateway name", "envoyGateway: {gateways: [{namespace: gw, name: Public}]}", `envoyGateway.gateways[0].name: "Public" is not a Gateway name`},
-		{"gateway twice", "envoyGateway: {gateways: [{namespace: gw, name: a}, {namespace: gw, name: a}]}", "envoyGateway.gateways[1]: Gateway gw/a is listed twice"},
-		{"no gateways", "envoyGateway: {gateways: []}", "envoyGateway.gateways: empty; want [{namespace, name, allowedNamespaces}]"},
-		{"bad health-check choice", "envoyGateway: {gateways: [{namespace: gw, name: a, activeHealthChecks: warn}]}", `envoyGateway.gateways[0].activeHealthChecks: "warn": want refuse or allow`},
-		{"gateway namespaces empty", "envoyGateway: {gateways: [{namespace: gw, name: a, allowedNamespaces: {}}]}", "envoyGateway.gateways[0].allowedNamespaces: empty; want names"},
+		{"gateway without namespace", "envoyGateway: {gateways: [{name: public}]}", `envoyGateway.gateways[0].namespace: Invalid value: "": not a namespace name`},
+		{"bad gateway name", "envoyGateway: {gateways: [{namespace: gw, name: Public}]}", `envoyGateway.gateways[0].name: Invalid value: "Public": not a Gateway name`},
+		{"gateway twice", "envoyGateway: {gateways: [{namespace: gw, name: a}, {namespace: gw, name: a}]}", `envoyGateway.gateways[1]: Duplicate value: "gw/a"`},
+		{"no gateways", "envoyGateway: {gateways: []}", "envoyGateway.gateways: Required value: want [{namespace, name, allowedNamespaces}]"},
+		{"bad health-check choice", "envoyGateway: {gateways: [{namespace: gw, name: a, activeHealthChecks: warn}]}", `envoyGateway.gateways[0].activeHealthChecks: Unsupported value: "warn": supported values: "refuse", "allow"`},
+		{"gateway namespaces empty", "envoyGateway: {gateways: [{namespace: gw, name: a, allowedNamespaces: {}}]}", "envoyGateway.gateways[0].allowedNamespaces: Required value: want names"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,6 +74,22 @@ func TestParseErrorsNameTheField(t *testing.T) {
 				t.Fatalf("error %v, want one containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// Every problem is a field error (apimachinery's field.Error, as the API
+// server reports a bad object), one a line: a tool finds the path and the
+// kind of each with errors.As.
+func TestValidationErrorsAreFieldErrors(t *testing.T) {
+	_, err := config.Parse([]byte("resync: 100ms\nloadBalancers: [{name: A, type: haproxy, instances: {static: [\"tcp://h:1\"]}}]"), drivers.New())
+	var fe *field.Error
+	if !errors.As(err, &fe) || fe.Field != "resync" || fe.Type != field.ErrorTypeInvalid || fe.BadValue != "100ms" {
+		t.Fatalf("error %v (%#v), want a field error for resync first", err, fe)
+	}
+	lines := strings.Split(err.Error(), "\n")
+	want := []string{`resync: Invalid value: "100ms": too short; want at least 1s`, `loadBalancers[0].name: Invalid value: "A": not a DNS label (lower-case letters, digits, -)`}
+	if !slices.Equal(lines, want) {
+		t.Errorf("errors\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
 }
 

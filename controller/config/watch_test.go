@@ -35,7 +35,7 @@ func TestWatchAppliesValidChangesAndRefusesInvalidOnes(t *testing.T) {
 	write("loadBalancers: [{name: a, type: f5}]\n")
 	select {
 	case err := <-refused:
-		if !strings.Contains(err.Error(), `loadBalancers[0].type: "f5"`) {
+		if !strings.Contains(err.Error(), `loadBalancers[0].type: Unsupported value: "f5"`) {
 			t.Errorf("refusal %v does not name the field", err)
 		}
 	case <-applied:

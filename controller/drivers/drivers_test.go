@@ -2,7 +2,6 @@ package drivers_test
 
 import (
 	"context"
-	"errors"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
@@ -37,13 +37,13 @@ func TestTheRegistryRefusesTwoDriversOfOneKind(t *testing.T) {
 
 func TestCheckTypeNamesTheField(t *testing.T) {
 	for _, tt := range []struct{ name, yaml, want string }{
-		{"unknown type", `loadBalancers: [{name: a, type: f5, instances: {static: ["tcp://h:1"]}}]`, `loadBalancers[0].type: "f5" is not one of haproxy, nginx-plus`},
-		{"another type's options", `loadBalancers: [{name: a, type: nginx-plus, haproxy: {readyMap: /r.map}, instances: {static: ["http://h:1/api"]}}]`, `loadBalancers[0].haproxy: only for type haproxy`},
-		{"an haproxy address on nginx-plus", `loadBalancers: [{name: a, type: nginx-plus, instances: {static: ["tcp://h:1"]}}]`, `loadBalancers[0].instances.static[0]: "tcp://h:1": want http(s)://host:port/api`},
-		{"bad api version", `loadBalancers: [{name: a, type: nginx-plus, nginxPlus: {apiVersion: 3}, instances: {static: ["http://h:1/api"]}}]`, `loadBalancers[0].nginxPlus.apiVersion: 3 is not supported`},
-		{"a client certificate without its key", `loadBalancers: [{name: a, type: nginx-plus, nginxPlus: {certFile: /tls/tls.crt}, instances: {static: ["https://h:1/api"]}}]`, `loadBalancers[0].nginxPlus.certFile, keyFile: set both`},
-		{"a relative certificate path", `loadBalancers: [{name: a, type: nginx-plus, nginxPlus: {certFile: tls.crt, keyFile: /tls/tls.key}, instances: {static: ["https://h:1/api"]}}]`, `loadBalancers[0].nginxPlus.certFile: "tls.crt": want the absolute path`},
-		{"a client certificate over http", `loadBalancers: [{name: a, type: nginx-plus, nginxPlus: {certFile: /tls/tls.crt, keyFile: /tls/tls.key}, instances: {static: ["http://h:1/api"]}}]`, `loadBalancers[0].instances.static[0]: "http://h:1/api": nginxPlus's TLS settings need https://host:port/api addresses`},
+		{"unknown type", `loadBalancers: [{name: a, type: f5, instances: {static: ["tcp://h:1"]}}]`, `loadBalancers[0].type: Unsupported value: "f5": supported values: "haproxy", "nginx-plus"`},
+		{"another type's options", `loadBalancers: [{name: a, type: nginx-plus, haproxy: {readyMap: /r.map}, instances: {static: ["http://h:1/api"]}}]`, `loadBalancers[0].haproxy: Forbidden: only for type haproxy`},
+		{"an haproxy address on nginx-plus", `loadBalancers: [{name: a, type: nginx-plus, instances: {static: ["tcp://h:1"]}}]`, `loadBalancers[0].instances.static[0]: Invalid value: "tcp://h:1": want http(s)://host:port/api`},
+		{"bad api version", `loadBalancers: [{name: a, type: nginx-plus, nginxPlus: {apiVersion: 3}, instances: {static: ["http://h:1/api"]}}]`, `loadBalancers[0].nginxPlus.apiVersion: Invalid value: 3: not supported; want 4 to 9`},
+		{"a client certificate without its key", `loadBalancers: [{name: a, type: nginx-plus, nginxPlus: {certFile: /tls/tls.crt}, instances: {static: ["https://h:1/api"]}}]`, `loadBalancers[0].nginxPlus.keyFile: Required value: set certFile and keyFile`},
+		{"a relative certificate path", `loadBalancers: [{name: a, type: nginx-plus, nginxPlus: {certFile: tls.crt, keyFile: /tls/tls.key}, instances: {static: ["https://h:1/api"]}}]`, `loadBalancers[0].nginxPlus.certFile: Invalid value: "tls.crt": want the absolute path`},
+		{"a client certificate over http", `loadBalancers: [{name: a, type: nginx-plus, nginxPlus: {certFile: /tls/tls.crt, keyFile: /tls/tls.key}, instances: {static: ["http://h:1/api"]}}]`, `loadBalancers[0].instances.static[0]: Invalid value: "http://h:1/api": nginxPlus's TLS settings need https://host:port/api addresses`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := config.Parse([]byte(tt.yaml), drivers.New())
@@ -111,11 +111,11 @@ type fake struct{ typ, field string }
 
 func (f fake) Type() string         { return f.typ }
 func (f fake) OptionsField() string { return f.field }
-func (f fake) Validate(field string, lb config.LoadBalancer) []error {
-	var errs []error
-	for _, a := range lb.Instances.Static {
+func (f fake) Validate(path *field.Path, lb config.LoadBalancer) field.ErrorList {
+	var errs field.ErrorList
+	for j, a := range lb.Instances.Static {
 		if !strings.HasPrefix(a, "toy://") {
-			errs = append(errs, errors.New(field+": "+a+" is not a toy address"))
+			errs = append(errs, field.Invalid(path.Child("instances", "static").Index(j), a, "not a toy address"))
 		}
 	}
 	return errs

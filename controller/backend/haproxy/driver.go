@@ -1,6 +1,7 @@
 package haproxy
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -8,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/config"
@@ -30,36 +32,35 @@ func (Driver) OptionsField() string { return "haproxy" }
 // Validate checks the haproxy options (readyMap, mode, tls) and the
 // static instance addresses (unix:///path or tcp://host:port; tcp only
 // with tls).
-func (Driver) Validate(f string, lb config.LoadBalancer) []error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
-	}
+func (Driver) Validate(f *field.Path, lb config.LoadBalancer) field.ErrorList {
+	var errs field.ErrorList
+	static := f.Child("instances", "static")
 	if o := lb.HAProxy; o != nil {
+		hf := f.Child("haproxy")
 		if o.ReadyMap != "" && (!strings.HasPrefix(o.ReadyMap, "/") || strings.ContainsAny(o.ReadyMap, " \t;")) {
-			bad(f+".haproxy.readyMap", "%q is not an absolute path without spaces or ';' (the map file as haproxy.cfg names it)", o.ReadyMap)
+			errs = append(errs, field.Invalid(hf.Child("readyMap"), o.ReadyMap, "not an absolute path without spaces or ';' (the map file as haproxy.cfg names it)"))
 		}
 		switch o.Mode {
 		case "", config.HAProxySlots, config.HAProxyDynamic:
 		default:
-			bad(f+".haproxy.mode", "%q is not one of %s (the default), %s (HAProxy 3.0 and later)", o.Mode, config.HAProxySlots, config.HAProxyDynamic)
+			errs = append(errs, field.Invalid(hf.Child("mode"), o.Mode, fmt.Sprintf("not one of %s (the default), %s (HAProxy 3.0 and later)", config.HAProxySlots, config.HAProxyDynamic)))
 		}
 		if t := o.TLS; t != nil {
 			for _, file := range []struct{ name, path string }{{"caFile", t.CAFile}, {"certFile", t.CertFile}, {"keyFile", t.KeyFile}} {
 				if !strings.HasPrefix(file.path, "/") {
-					bad(f+".haproxy.tls."+file.name, "%q: want the absolute path of a PEM file in the controller's container", file.path)
+					errs = append(errs, field.Invalid(hf.Child("tls", file.name), file.path, "want the absolute path of a PEM file in the controller's container"))
 				}
 			}
 			for j, a := range lb.Instances.Static {
 				if !strings.HasPrefix(a, "tcp://") {
-					bad(fmt.Sprintf("%s.instances.static[%d]", f, j), "%q: haproxy.tls needs tcp://host:port addresses", a)
+					errs = append(errs, field.Invalid(static.Index(j), a, "haproxy.tls needs tcp://host:port addresses"))
 				}
 			}
 		}
 	}
 	for j, a := range lb.Instances.Static {
 		if err := CheckAddress(a); err != nil {
-			bad(fmt.Sprintf("%s.instances.static[%d]", f, j), "%v", err)
+			errs = append(errs, field.Invalid(static.Index(j), a, err.Error()))
 		}
 	}
 	return errs
@@ -67,24 +68,25 @@ func (Driver) Validate(f string, lb config.LoadBalancer) []error {
 
 // CheckAddress checks an instance's Runtime API address: unix:///path or
 // tcp://host:port.
+// Its error says what is wrong, not the address (the caller names it).
 func CheckAddress(a string) error {
 	u, err := url.Parse(a)
 	if err != nil {
-		return fmt.Errorf("%q: %w", a, err)
+		return fmt.Errorf("want unix:///path or tcp://host:port: %w", err)
 	}
 	switch u.Scheme {
 	case "unix":
 		if u.Path == "" {
-			return fmt.Errorf("%q: want unix:///path/to/admin.sock", a)
+			return errors.New("want unix:///path/to/admin.sock")
 		}
 		return nil
 	case "tcp":
 		if _, _, err := net.SplitHostPort(u.Host); err != nil {
-			return fmt.Errorf("%q: want tcp://host:port", a)
+			return errors.New("want tcp://host:port")
 		}
 		return nil
 	}
-	return fmt.Errorf("%q is not unix:///path or tcp://host:port", a)
+	return errors.New("not unix:///path or tcp://host:port")
 }
 
 // InstanceAddress is the Runtime API of an instance found behind a

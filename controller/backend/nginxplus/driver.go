@@ -1,12 +1,14 @@
 package nginxplus
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"net/url"
 	"strings"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/config"
@@ -29,28 +31,31 @@ func (Driver) OptionsField() string { return "nginxPlus" }
 
 // Validate checks the nginxPlus options and the static instance addresses
 // (http(s)://host:port/api).
-func (Driver) Validate(f string, lb config.LoadBalancer) []error {
-	var errs []error
+func (Driver) Validate(f *field.Path, lb config.LoadBalancer) field.ErrorList {
+	var errs field.ErrorList
 	o := lb.NGINXPlus
 	if o == nil {
 		o = &config.NGINXPlusOptions{}
 	}
+	nf, static := f.Child("nginxPlus"), f.Child("instances", "static")
 	if o.APIVersion != 0 && (o.APIVersion < 4 || o.APIVersion > 9) {
-		errs = append(errs, fmt.Errorf("%s.nginxPlus.apiVersion: %d is not supported; want 4 to 9, or 0 to negotiate", f, o.APIVersion))
+		errs = append(errs, field.Invalid(nf.Child("apiVersion"), o.APIVersion, "not supported; want 4 to 9, or 0 to negotiate"))
 	}
 	for _, file := range []struct{ name, path string }{{"caFile", o.CAFile}, {"certFile", o.CertFile}, {"keyFile", o.KeyFile}, {"basicAuthFile", o.BasicAuthFile}, {"headerFile", o.HeaderFile}} {
 		if file.path != "" && !strings.HasPrefix(file.path, "/") {
-			errs = append(errs, fmt.Errorf("%s.nginxPlus.%s: %q: want the absolute path of a file in the controller's container", f, file.name, file.path))
+			errs = append(errs, field.Invalid(nf.Child(file.name), file.path, "want the absolute path of a file in the controller's container"))
 		}
 	}
-	if (o.CertFile == "") != (o.KeyFile == "") {
-		errs = append(errs, fmt.Errorf("%s.nginxPlus.certFile, keyFile: set both (the client certificate and its key) or neither", f))
+	if o.CertFile == "" && o.KeyFile != "" {
+		errs = append(errs, field.Required(nf.Child("certFile"), "set certFile and keyFile (the client certificate and its key) or neither"))
+	} else if o.CertFile != "" && o.KeyFile == "" {
+		errs = append(errs, field.Required(nf.Child("keyFile"), "set certFile and keyFile (the client certificate and its key) or neither"))
 	}
 	for j, a := range lb.Instances.Static {
 		if err := CheckAddress(a); err != nil {
-			errs = append(errs, fmt.Errorf("%s.instances.static[%d]: %w", f, j, err))
+			errs = append(errs, field.Invalid(static.Index(j), a, err.Error()))
 		} else if usesTLS(o) && !strings.HasPrefix(a, "https://") {
-			errs = append(errs, fmt.Errorf("%s.instances.static[%d]: %q: nginxPlus's TLS settings need https://host:port/api addresses", f, j, a))
+			errs = append(errs, field.Invalid(static.Index(j), a, "nginxPlus's TLS settings need https://host:port/api addresses"))
 		}
 	}
 	return errs
@@ -64,13 +69,14 @@ func usesTLS(o *config.NGINXPlusOptions) bool {
 }
 
 // CheckAddress checks an instance's API address: http(s)://host:port/api.
+// Its error says what is wrong, not the address (the caller names it).
 func CheckAddress(a string) error {
 	u, err := url.Parse(a)
 	if err != nil {
-		return fmt.Errorf("%q: %w", a, err)
+		return fmt.Errorf("want http(s)://host:port/api: %w", err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%q: want http(s)://host:port/api", a)
+		return errors.New("want http(s)://host:port/api")
 	}
 	return nil
 }

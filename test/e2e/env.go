@@ -93,6 +93,7 @@ type Env struct {
 	// installRefs are the stickydrain and drainctl images as pushed to the
 	// registry (Options.Install), host/stickydrain/NAME:TAG@sha256:….
 	installRefs      map[string]string
+	registryHost     string   // Options.Install: the registry's host:port
 	drainctlDelivery string   // Options.DrainctlDelivery
 	probesOnly       bool     // Options.FrontProbesOnly
 	alsoAllowed      []string // Options.AlsoAllowed
@@ -168,6 +169,26 @@ type Options struct {
 	// the caller before its clock started (cluster.LockRealNode); Start
 	// waits for it otherwise.
 	RealNodeLock *cluster.RealNodeLock
+	// Installer (with Install) installs stickydrain in place of
+	// manifests/default's kustomize install, once cert-manager runs: Helm's
+	// chart from the registry, in tools/helm, whose module holds Helm's
+	// SDK. It must return once the webhook and the controller are
+	// available.
+	Installer func(ctx context.Context, in Installation) error
+}
+
+// Installation is what an Options.Installer installs with.
+type Installation struct {
+	Cluster *cluster.Cluster
+	// RegistryHost is the registry's host:port (plain HTTP, loopback).
+	RegistryHost string
+	// Refs are the stickydrain and drainctl images as pushed to it,
+	// host/stickydrain/NAME:TAG@sha256:….
+	Refs map[string]string
+	// ControllerConfig is the operator's controller.yaml: both HAProxy
+	// instances' Runtime API on TCP at the host's address, which pods
+	// reach, and the scenario's namespace allowed onto edge/shop.
+	ControllerConfig string
 }
 
 // Start builds what it needs and starts everything. Stop undoes it, also
@@ -194,6 +215,9 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 	}
 	if opts.Install && (!opts.Node || opts.Ingress != "") {
 		return env, fmt.Errorf("e2e: Options.Install needs Node and no Ingress")
+	}
+	if opts.Installer != nil && !opts.Install {
+		return env, fmt.Errorf("e2e: Options.Installer needs Install")
 	}
 	// What runs on the host: the app and drainctl only for podhost (the
 	// real node runs their images), the webhook and the controller unless
@@ -256,6 +280,7 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 				return env, err
 			}
 			env.cleanup = append(env.cleanup, reg.Stop)
+			env.registryHost = reg.Host
 			if env.installRefs, err = reg.Push(ctx, filepath.Dir(imgs["stickydrain"].Tarball), "stickydrain", "drainctl"); err != nil {
 				return env, err
 			}
@@ -329,6 +354,11 @@ func Start(ctx context.Context, opts Options) (env *Env, err error) {
 		logf("installing cert-manager (its controllers and CA injector, as a pod) …")
 		if err := install.CertManager(ctx, env.Cluster, imgs["cert-manager"].Ref); err != nil {
 			return env, err
+		}
+		if opts.Installer != nil {
+			logf("installing stickydrain (the images from the registry, the operator's configuration) …")
+			return env, opts.Installer(ctx, Installation{Cluster: env.Cluster, RegistryHost: env.registryHost,
+				Refs: env.installRefs, ControllerConfig: env.controllerConfig()})
 		}
 		logf("installing stickydrain (manifests/default, the images from the registry, the operator's configuration) …")
 		if err := install.Stickydrain(ctx, env.Cluster, env.installRefs, env.controllerConfig()); err != nil {

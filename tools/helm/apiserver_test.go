@@ -25,31 +25,40 @@ import (
 // client and release storage in Secrets of the release's namespace.
 func helmConfig(t *testing.T, c *cluster.Cluster) *action.Configuration {
 	t.Helper()
+	cfg, err := newHelmConfig(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// newHelmConfig is helmConfig returning its error.
+func newHelmConfig(c *cluster.Cluster) (*action.Configuration, error) {
 	flags := genericclioptions.NewConfigFlags(false)
 	flags.KubeConfig = &c.KubeconfigPath
 	ns := namespace
 	flags.Namespace = &ns
 	cfg := action.NewConfiguration()
 	if err := cfg.Init(flags, namespace, "secret"); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	// The API server built from Go modules reports v0.0.0-master (no
 	// version stamped at build): Helm is told the version of the modules
 	// it was built from, with the APIs it discovers as it would.
 	dc, err := flags.ToDiscoveryClient()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	apis, err := action.GetVersionSet(dc)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	kv, err := common.ParseKubeVersion(kubeVersion)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	cfg.Capabilities = &common.Capabilities{APIVersions: apis, KubeVersion: *kv, HelmVersion: common.DefaultCapabilities.HelmVersion}
-	return cfg
+	return cfg, nil
 }
 
 // `helm install`, `helm upgrade` and `helm uninstall`, through Helm's SDK,

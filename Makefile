@@ -87,7 +87,9 @@ lint: ## gofmt check, go vet, staticcheck, actionlint on the workflows, helm lin
 ##@ Testing
 
 .PHONY: test
-test: deps test-parts ## Unit, integration and end-to-end tests (-race) on a real local control plane, against HAProxy 2.6, 3.0 and 3.2, haproxy-ingress and Traefik, and on a real node (kubelet, containerd, runc).
+test: deps test-unit test-parts ## Unit, integration and end-to-end tests (-race) on a real local control plane, against HAProxy 2.6, 3.0 and 3.2, haproxy-ingress and Traefik, and on a real node (kubelet, containerd, runc).
+	@# The unit tier runs first (make runs prerequisites in order): a
+	@# failure there stops the run before anything is built for the others.
 	@# Each part is asked for first: one that fails (an HAProxy version of
 	@# the matrix missing, say) fails the run, never leaves a test to fall
 	@# back on what the machine has. Lanes at once (test/tools/test-lanes.sh):

@@ -92,8 +92,10 @@ test: deps test-unit test-parts ## Unit, integration and end-to-end tests (-race
 	@# failure there stops the run before anything is built for the others.
 	@# Each part is asked for first: one that fails (an HAProxy version of
 	@# the matrix missing, say) fails the run, never leaves a test to fall
-	@# back on what the machine has. Lanes at once (test/tools/test-lanes.sh):
-	@# test/e2e in one, every other package one at a time (-p 1) in the other.
+	@# back on what the machine has. Four lanes at once (test/tools/test-lanes.sh):
+	@# test/e2e in two, every other package one at a time (-p 1) in the third,
+	@# the tools modules and the benchmarks in the fourth. The unit tier runs
+	@# again there, without -short (about 1.5 min warm).
 	k8s="$$(test/tools/build.sh)" && haproxy="$$(test/tools/haproxy.sh)" && peers="$$(test/peers/build.sh)" && \
 	  containerd="$$(test/tools/containerd.sh)" && \
 	  STICKYDRAIN_K8S_BINS="$$k8s" STICKYDRAIN_HAPROXY="$$haproxy" STICKYDRAIN_PEERS="$$peers" STICKYDRAIN_CONTAINERD="$$containerd" \

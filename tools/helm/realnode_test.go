@@ -281,7 +281,7 @@ func TestHelmOnTheRealNode(t *testing.T) {
 			<-creating
 			t.Logf("%s: %d pods created, %d refused", what, created, refused)
 			if created < 10 {
-				t.Errorf("%s: only %d pods tried", what, created+refused)
+				t.Errorf("%s: only %d pods created (%d refused)", what, created, refused)
 			}
 		}()
 		fn()
@@ -327,6 +327,7 @@ func TestHelmOnTheRealNode(t *testing.T) {
 	}
 	createWhile("upgrade", true, 3*time.Second, func() {
 		rolledDuring("v2", "helm upgrade", func() error {
+			before := controllerPods(ctx, c)
 			up := action.NewUpgrade(cfg)
 			up.Namespace = namespace
 			up.WaitStrategy = kube.HookOnlyStrategy
@@ -349,7 +350,7 @@ func TestHelmOnTheRealNode(t *testing.T) {
 			if img := d.Spec.Template.Spec.Containers[0].Image; img != refs["stickydrain"] {
 				return fmt.Errorf("the upgraded chart runs the webhook from %s, want the image it pins, %s", img, refs["stickydrain"])
 			}
-			return install.WaitAvailable(ctx, c, namespace, "stickydrain-controller")
+			return controllerReplaced(ctx, c, before)
 		})
 	})
 	var m admissionv1.MutatingWebhookConfiguration
@@ -361,6 +362,7 @@ func TestHelmOnTheRealNode(t *testing.T) {
 	// the middle of the next rollout.
 	createWhile("rollback", true, 3*time.Second, func() {
 		rolledDuring("v3", "helm rollback", func() error {
+			before := controllerPods(ctx, c)
 			rb := action.NewRollback(cfg)
 			rb.Version = 1
 			rb.WaitStrategy = kube.HookOnlyStrategy
@@ -370,7 +372,7 @@ func TestHelmOnTheRealNode(t *testing.T) {
 			webhookRolled("the webhook rolled back to the previous chart", func(d *appsv1.Deployment) bool {
 				return d.Spec.Template.Spec.PriorityClassName == "stickydrain-critical"
 			})
-			return install.WaitAvailable(ctx, c, namespace, "stickydrain-controller")
+			return controllerReplaced(ctx, c, before)
 		})
 	})
 
@@ -387,7 +389,7 @@ func TestHelmOnTheRealNode(t *testing.T) {
 				overlapping++
 			}
 		}
-		t.Logf("%s: %d of the app's old pods were draining while it replaced the controller and the webhook", w.what, overlapping)
+		t.Logf("%s: %d of the app's old pods were draining while it ran", w.what, overlapping)
 		if overlapping == 0 {
 			t.Errorf("%s: no old pod of the app was draining while it ran", w.what)
 		}
@@ -470,5 +472,45 @@ func sessionsKept(t *testing.T, clients *e2e.Clients, obs *e2e.Observer, drains 
 			continue
 		}
 		t.Logf("%s: drained on both HAProxy %v after seen terminating", d.Pod, d.Drained.Sub(d.Seen).Round(10*time.Millisecond))
+	}
+}
+
+// controllerPods names the controller's pods.
+func controllerPods(ctx context.Context, c *cluster.Cluster) map[string]bool {
+	var pods corev1.PodList
+	_ = c.Client.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{"app.kubernetes.io/name": "stickydrain-controller"})
+	out := map[string]bool{}
+	for _, p := range pods.Items {
+		out[p.Name] = true
+	}
+	return out
+}
+
+// controllerReplaced waits until the controller's Deployment is available
+// with none of the pods before: the chart's change replaced the
+// controller (else the scenario tested no hand-over).
+func controllerReplaced(ctx context.Context, c *cluster.Cluster, before map[string]bool) error {
+	if len(before) == 0 {
+		return fmt.Errorf("no controller pod before the chart's change")
+	}
+	for {
+		if err := install.WaitAvailable(ctx, c, namespace, "stickydrain-controller"); err != nil {
+			return err
+		}
+		now := controllerPods(ctx, c)
+		old := 0
+		for p := range now {
+			if before[p] {
+				old++
+			}
+		}
+		if old == 0 && len(now) > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the controller's pods were not replaced: %d of %d still run: %w", old, len(now), ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 }

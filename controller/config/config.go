@@ -444,8 +444,12 @@ func validateTenancy(f *field.Path, lb LoadBalancer) field.ErrorList {
 		}
 	}
 	for j, c := range lb.AllowedCIDRs {
-		if p, err := netip.ParsePrefix(c); err != nil || p.Masked() != p {
+		p, err := netip.ParsePrefix(c)
+		switch {
+		case err != nil:
 			errs = append(errs, field.Invalid(f.Child("allowedCIDRs").Index(j), c, "not a network in CIDR form, such as 10.244.0.0/16 or fd00::/64"))
+		case p.Masked() != p:
+			errs = append(errs, field.Invalid(f.Child("allowedCIDRs").Index(j), c, fmt.Sprintf("host bits set; want the network, %s", p.Masked())))
 		}
 	}
 	return errs

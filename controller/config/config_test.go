@@ -41,6 +41,8 @@ func TestParseErrorsNameTheField(t *testing.T) {
 	tests := []struct{ name, yaml, want string }{
 		{"unknown field", "loadBalancers: []\nresinc: 1m\n", `unknown field "resinc"`},
 		{"bad type", "loadBalancers: [{name: a, type: f5, instances: {static: [\"tcp://h:1\"]}}]", `loadBalancers[0].type: Unsupported value: "f5": supported values: "haproxy", "nginx-plus"`},
+		{"not a CIDR", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedCIDRs: [pods]}]", `loadBalancers[0].allowedCIDRs[0]: Invalid value: "pods": not a network in CIDR form`},
+		{"an unparsable address", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://a b:1\"]}}]", `loadBalancers[0].instances.static[0]: Invalid value: "tcp://a b:1": want unix:///path or tcp://host:port: invalid character " " in host name`},
 		{"bad address", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"h:1\"]}}]", `loadBalancers[0].instances.static[0]: Invalid value: "h:1": not unix:///path or tcp://host:port`},
 		{"both instance kinds", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"], service: {namespace: n, name: s, port: p}}}]", "loadBalancers[0].instances: Forbidden: give static or service, not both"},
 		{"duplicate name", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}}, {name: a, type: haproxy, instances: {static: [\"tcp://h:2\"]}}]", `loadBalancers[1].name: Duplicate value: "a"`},
@@ -58,7 +60,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"upstream without a rule", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, listedUpstreamsOnly: false, upstreams: [{name: shop}]}]", "loadBalancers[0].upstreams[0]: Required value: want owner or allowedNamespaces"},
 		{"upstream twice", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: shop, owner: a/b}, {name: shop, owner: a/c}]}]", `loadBalancers[0].upstreams[1].name: Duplicate value: "shop"`},
 		{"bad upstream name", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: \"sh op\", owner: a/b}]}]", `loadBalancers[0].upstreams[0].name: Invalid value: "sh op": not an upstream name`},
-		{"bad CIDR", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedCIDRs: [10.0.0.1/8]}]", `loadBalancers[0].allowedCIDRs[0]: Invalid value: "10.0.0.1/8": not a network in CIDR form`},
+		{"bad CIDR", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedCIDRs: [10.0.0.1/8]}]", `loadBalancers[0].allowedCIDRs[0]: Invalid value: "10.0.0.1/8": host bits set; want the network, 10.0.0.0/8`},
 		{"bad duration", "resync: soon\nloadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}}]", `"soon" is not a duration`},
 		{"gateway without namespace", "envoyGateway: {gateways: [{name: public}]}", `envoyGateway.gateways[0].namespace: Invalid value: "": not a namespace name`},
 		{"bad gateway name", "envoyGateway: {gateways: [{namespace: gw, name: Public}]}", `envoyGateway.gateways[0].name: Invalid value: "Public": not a Gateway name`},

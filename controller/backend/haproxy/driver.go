@@ -58,7 +58,11 @@ func (Driver) Validate(f *field.Path, lb config.LoadBalancer) field.ErrorList {
 			}
 		}
 	}
+	tls := lb.HAProxy != nil && lb.HAProxy.TLS != nil
 	for j, a := range lb.Instances.Static {
+		if tls && !strings.HasPrefix(a, "tcp://") {
+			continue // said above: tls needs tcp://
+		}
 		if err := CheckAddress(a); err != nil {
 			errs = append(errs, field.Invalid(static.Index(j), a, err.Error()))
 		}
@@ -72,7 +76,7 @@ func (Driver) Validate(f *field.Path, lb config.LoadBalancer) field.ErrorList {
 func CheckAddress(a string) error {
 	u, err := url.Parse(a)
 	if err != nil {
-		return fmt.Errorf("want unix:///path or tcp://host:port: %w", err)
+		return fmt.Errorf("want unix:///path or tcp://host:port: %w", unwrapURL(err))
 	}
 	switch u.Scheme {
 	case "unix":
@@ -87,6 +91,16 @@ func CheckAddress(a string) error {
 		return nil
 	}
 	return errors.New("not unix:///path or tcp://host:port")
+}
+
+// unwrapURL is a url.Parse error without the address it quotes (the
+// caller names the address).
+func unwrapURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // InstanceAddress is the Runtime API of an instance found behind a

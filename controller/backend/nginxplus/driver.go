@@ -73,6 +73,10 @@ func usesTLS(o *config.NGINXPlusOptions) bool {
 func CheckAddress(a string) error {
 	u, err := url.Parse(a)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the address it quotes: the caller names it
+		}
 		return fmt.Errorf("want http(s)://host:port/api: %w", err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -83,6 +84,9 @@ func (r *Registry) Types() []string {
 // no other type's options are set, and the driver's own checks pass.
 func (r *Registry) CheckType(path *field.Path, lb config.LoadBalancer) field.ErrorList {
 	d, ok := r.drivers[lb.Type]
+	if !ok && lb.Type == "" {
+		return field.ErrorList{field.Required(path.Child("type"), "one of "+strings.Join(r.Types(), ", "))}
+	}
 	if !ok {
 		return field.ErrorList{field.NotSupported(path.Child("type"), lb.Type, r.Types())}
 	}

@@ -343,7 +343,9 @@ func (c *Config) Validate(types TypeChecker) error {
 	seen := map[string]bool{}
 	for i, lb := range c.LoadBalancers {
 		f := field.NewPath("loadBalancers").Index(i)
-		if !nameRE.MatchString(lb.Name) {
+		if lb.Name == "" {
+			errs = append(errs, field.Required(f.Child("name"), "a DNS label (lower-case letters, digits, -) that Services' stickydrain.io/upstreams name"))
+		} else if !nameRE.MatchString(lb.Name) {
 			errs = append(errs, field.Invalid(f.Child("name"), lb.Name, "not a DNS label (lower-case letters, digits, -)"))
 		} else if seen[lb.Name] {
 			errs = append(errs, field.Duplicate(f.Child("name"), lb.Name))
@@ -375,7 +377,9 @@ func (c *Config) Validate(types TypeChecker) error {
 		seenGW := map[string]bool{}
 		for i, g := range eg.Gateways {
 			f := gw.Index(i)
-			if !nameRE.MatchString(g.Namespace) {
+			if g.Namespace == "" {
+				errs = append(errs, field.Required(f.Child("namespace"), "the Gateway's namespace"))
+			} else if !nameRE.MatchString(g.Namespace) {
 				errs = append(errs, field.Invalid(f.Child("namespace"), g.Namespace, "not a namespace name (a DNS label)"))
 			}
 			if !objectNameRE.MatchString(g.Name) || len(g.Name) > 253-len(GatewayPolicyPrefix) {
@@ -423,6 +427,8 @@ func validateTenancy(f *field.Path, lb LoadBalancer) field.ErrorList {
 	for j, u := range lb.Upstreams {
 		uf := f.Child("upstreams").Index(j)
 		switch {
+		case u.Name == "":
+			errs = append(errs, field.Required(uf.Child("name"), "the upstream's name (an HAProxy backend, an NGINX Plus upstream)"))
 		case !UpstreamNameRE.MatchString(u.Name):
 			errs = append(errs, field.Invalid(uf.Child("name"), u.Name, "not an upstream name (letters, digits, _ . : -)"))
 		case seen[u.Name]:

@@ -41,6 +41,9 @@ func TestParseErrorsNameTheField(t *testing.T) {
 	tests := []struct{ name, yaml, want string }{
 		{"unknown field", "loadBalancers: []\nresinc: 1m\n", `unknown field "resinc"`},
 		{"bad type", "loadBalancers: [{name: a, type: f5, instances: {static: [\"tcp://h:1\"]}}]", `loadBalancers[0].type: Unsupported value: "f5": supported values: "haproxy", "nginx-plus"`},
+		{"no name", "loadBalancers: [{type: haproxy, instances: {static: [\"tcp://h:1\"]}}]", "loadBalancers[0].name: Required value: a DNS label"},
+		{"no type", "loadBalancers: [{name: a, instances: {static: [\"tcp://h:1\"]}}]", `loadBalancers[0].type: Required value: one of haproxy, nginx-plus`},
+		{"an upstream without a name", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{owner: a/b}]}]", "loadBalancers[0].upstreams[0].name: Required value: the upstream's name"},
 		{"not a CIDR", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedCIDRs: [pods]}]", `loadBalancers[0].allowedCIDRs[0]: Invalid value: "pods": not a network in CIDR form`},
 		{"an unparsable address", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://a b:1\"]}}]", `loadBalancers[0].instances.static[0]: Invalid value: "tcp://a b:1": want unix:///path or tcp://host:port: invalid character " " in host name`},
 		{"bad address", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"h:1\"]}}]", `loadBalancers[0].instances.static[0]: Invalid value: "h:1": not unix:///path or tcp://host:port`},
@@ -62,7 +65,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"bad upstream name", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, upstreams: [{name: \"sh op\", owner: a/b}]}]", `loadBalancers[0].upstreams[0].name: Invalid value: "sh op": not an upstream name`},
 		{"bad CIDR", "loadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}, allowedCIDRs: [10.0.0.1/8]}]", `loadBalancers[0].allowedCIDRs[0]: Invalid value: "10.0.0.1/8": host bits set; want the network, 10.0.0.0/8`},
 		{"bad duration", "resync: soon\nloadBalancers: [{name: a, type: haproxy, instances: {static: [\"tcp://h:1\"]}}]", `"soon" is not a duration`},
-		{"gateway without namespace", "envoyGateway: {gateways: [{name: public}]}", `envoyGateway.gateways[0].namespace: Invalid value: "": not a namespace name`},
+		{"gateway without namespace", "envoyGateway: {gateways: [{name: public}]}", `envoyGateway.gateways[0].namespace: Required value: the Gateway's namespace`},
 		{"bad gateway name", "envoyGateway: {gateways: [{namespace: gw, name: Public}]}", `envoyGateway.gateways[0].name: Invalid value: "Public": not a Gateway name`},
 		{"gateway twice", "envoyGateway: {gateways: [{namespace: gw, name: a}, {namespace: gw, name: a}]}", `envoyGateway.gateways[1]: Duplicate value: "gw/a"`},
 		{"no gateways", "envoyGateway: {gateways: []}", "envoyGateway.gateways: Required value: want [{namespace, name, allowedNamespaces}]"},

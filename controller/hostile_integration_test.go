@@ -19,10 +19,8 @@ import (
 	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/plan"
-	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
 	"github.com/stickydrain/stickydrain/test/must"
-	"github.com/stickydrain/stickydrain/test/podhost"
 )
 
 // TestAHostileTenantCannotTakeOthersDown: a namespace the operator allowed
@@ -36,13 +34,7 @@ import (
 // converge (on main it stayed unready for everyone); each hostile input
 // gets its Event.
 func TestAHostileTenantCannotTakeOthersDown(t *testing.T) {
-	c := cluster.StartT(t, cluster.Options{})
-	app, err := bins.Build("github.com/stickydrain/stickydrain/test/sessionapp/cmd/sessionapp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	podhost.StartT(t, podhost.Options{Clientset: c.Clientset, Nodes: c.Nodes, Log: t.Logf,
-		Images: map[string]string{"sessionapp": app}})
+	c, _ := clusterWithPods(t)
 	h, err := haproxytest.RunWith(haproxytest.Options{Dir: t.TempDir(), Key: "k", Readiness: haproxytest.ReadyFilled},
 		haproxytest.Backend{Name: "shop", Slots: 8}, haproxytest.Backend{Name: "small", Slots: 1},
 		haproxytest.Backend{Name: "ghost", Slots: 4}, haproxytest.Backend{Name: "evil", Slots: 4})

@@ -45,6 +45,19 @@ import (
 
 var bins = testbin.New()
 
+// clusterWithPods starts a control plane and the pod host running its pods
+// from the session app's binary.
+func clusterWithPods(t *testing.T) (*cluster.Cluster, *podhost.Host) {
+	t.Helper()
+	c := cluster.StartT(t, cluster.Options{})
+	app, err := bins.Build("github.com/stickydrain/stickydrain/test/sessionapp/cmd/sessionapp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, podhost.StartT(t, podhost.Options{Clientset: c.Clientset, Nodes: c.Nodes, Log: t.Logf,
+		Images: map[string]string{"sessionapp": app}})
+}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
 	bins.Close()
@@ -162,13 +175,7 @@ func TestControllerDrainsTerminatingPodsOnEveryHAProxy(t *testing.T) {
 }
 
 func testControllerDrains(t *testing.T, fl haproxytest.Flavour) {
-	c := cluster.StartT(t, cluster.Options{})
-	app, err := bins.Build("github.com/stickydrain/stickydrain/test/sessionapp/cmd/sessionapp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := podhost.StartT(t, podhost.Options{Clientset: c.Clientset, Nodes: c.Nodes, Log: t.Logf,
-		Images: map[string]string{"sessionapp": app}})
+	c, host := clusterWithPods(t)
 	h1 := fl.Start(t, "shared-secret", fl.Backend("shop", 8))
 	h2 := fl.Start(t, "shared-secret", fl.Backend("shop", 8))
 	mode := config.HAProxySlots
@@ -558,13 +565,7 @@ resync: 10m
 // against two NGINX Plus API emulators (test/nginxplus; not NGINX Plus),
 // asserting the API state at each step.
 func TestControllerDrainsOnEveryNGINXPlusInstance(t *testing.T) {
-	c := cluster.StartT(t, cluster.Options{})
-	app, err := bins.Build("github.com/stickydrain/stickydrain/test/sessionapp/cmd/sessionapp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := podhost.StartT(t, podhost.Options{Clientset: c.Clientset, Nodes: c.Nodes, Log: t.Logf,
-		Images: map[string]string{"sessionapp": app}})
+	c, host := clusterWithPods(t)
 	var emus []*nginxplus.Emulator
 	var urls []string
 	for i := 0; i < 2; i++ {

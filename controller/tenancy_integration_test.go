@@ -25,12 +25,10 @@ import (
 	"github.com/stickydrain/stickydrain/controller/backend/nginxplus"
 	"github.com/stickydrain/stickydrain/controller/config"
 	"github.com/stickydrain/stickydrain/controller/plan"
-	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/framework"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
 	"github.com/stickydrain/stickydrain/test/must"
 	emulator "github.com/stickydrain/stickydrain/test/nginxplus"
-	"github.com/stickydrain/stickydrain/test/podhost"
 )
 
 // TestTenancy: only the namespaces the operator allows map onto a load
@@ -39,13 +37,7 @@ import (
 // not NGINX Plus). A watcher reads both load balancers all along and
 // fails the test on any server that is not an allowed pod.
 func TestTenancy(t *testing.T) {
-	c := cluster.StartT(t, cluster.Options{})
-	app, err := bins.Build("github.com/stickydrain/stickydrain/test/sessionapp/cmd/sessionapp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	podhost.StartT(t, podhost.Options{Clientset: c.Clientset, Nodes: c.Nodes, Log: t.Logf,
-		Images: map[string]string{"sessionapp": app}})
+	c, _ := clusterWithPods(t)
 	h := haproxytest.Start(t, "k", haproxytest.Backend{Name: "shop", Slots: 8}, haproxytest.Backend{Name: "checkout", Slots: 8})
 	emu := emulator.New(emulator.Options{Upstreams: []emulator.Upstream{{Name: "shop", Zone: "shop"}}})
 	srv := httptest.NewServer(emu.Handler())

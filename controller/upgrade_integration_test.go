@@ -20,10 +20,8 @@ import (
 	"github.com/stickydrain/stickydrain/controller/backend"
 	"github.com/stickydrain/stickydrain/controller/backend/haproxy"
 	"github.com/stickydrain/stickydrain/controller/plan"
-	"github.com/stickydrain/stickydrain/test/cluster"
 	"github.com/stickydrain/stickydrain/test/haproxytest"
 	"github.com/stickydrain/stickydrain/test/must"
-	"github.com/stickydrain/stickydrain/test/podhost"
 )
 
 // TestAnUpgradeKeepsServersOfUnlistedUpstreams: a controller from before
@@ -35,13 +33,7 @@ import (
 // applies the file, and keeps it with today's format, once the operator
 // lists the upstream. A restart after that changes nothing.
 func TestAnUpgradeKeepsServersOfUnlistedUpstreams(t *testing.T) {
-	c := cluster.StartT(t, cluster.Options{})
-	app, err := bins.Build("github.com/stickydrain/stickydrain/test/sessionapp/cmd/sessionapp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	podhost.StartT(t, podhost.Options{Clientset: c.Clientset, Nodes: c.Nodes, Log: t.Logf,
-		Images: map[string]string{"sessionapp": app}})
+	c, _ := clusterWithPods(t)
 	h := haproxytest.Start(t, "k", haproxytest.Backend{Name: "shop", Slots: 8})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

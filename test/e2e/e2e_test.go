@@ -51,7 +51,7 @@ func rollingUpdate(t *testing.T, opts Options) {
 	}
 	must.Eventually(t, ctx, 300*time.Millisecond, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
 	clients.StopNewSessions()
-	awaitRemovals(ctx, obs, false)
+	AwaitRemovals(ctx, obs, false)
 
 	s := everySessionKept(t, clients)
 	// A logout on a draining pod is followed by a login that must land
@@ -159,27 +159,6 @@ func preStopReturnedOnTime(ctx context.Context, t *testing.T, env *Env, clients 
 	if late < -200*time.Millisecond {
 		t.Errorf("%s: preStop returned %v before its last session ended", pod, -late)
 	}
-}
-
-// awaitRemovals gives the observer up to 10 s to see the last old pod's server
-// leave the load balancers (the controller removes it milliseconds after
-// the pod goes, the observer samples every 100 ms); the assertions that
-// follow decide.
-func awaitRemovals(ctx context.Context, obs *Observer, plus bool) {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		done := true
-		for _, r := range obs.Records() {
-			if r.Gone.IsZero() || r.RemovedFromLB.IsZero() || (plus && r.PlusRemoved.IsZero()) {
-				done = false
-			}
-		}
-		if done {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond) // a last sample
 }
 
 // TestEvictionAndScaleDownKeepEverySession: the same promises when a pod
@@ -315,7 +294,7 @@ func TestRolloutAlsoDrainsOnNGINXPlus(t *testing.T) {
 	t.Log("NGINX Plus API emulator 2 restarted mid-drain (with its state file)")
 	must.Eventually(t, ctx, 300*time.Millisecond, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
 	clients.StopNewSessions()
-	awaitRemovals(ctx, obs, true)
+	AwaitRemovals(ctx, obs, true)
 	if s := clients.Stats(); s.Misrouted != 0 || s.Errors != 0 || s.SessionsKept != s.Sessions {
 		t.Errorf("sessions: %+v", s)
 	}

@@ -225,7 +225,7 @@ func finishRollout(t *testing.T, ctx context.Context, env *Env, clients *Clients
 	t.Helper()
 	must.Eventually(t, ctx, 300*time.Millisecond, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", 3) })
 	clients.StopNewSessions()
-	awaitRemovals(ctx, obs, len(env.NGINXPlus) > 0)
+	AwaitRemovals(ctx, obs, len(env.NGINXPlus) > 0)
 }
 
 // TestRolloutSurvivesAPartitionAndHAProxyScaling: mid-drain, the

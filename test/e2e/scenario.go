@@ -879,6 +879,27 @@ func findServer(servers []nginxplus.Server, addr string) (nginxplus.Server, bool
 	return nginxplus.Server{}, false
 }
 
+// AwaitRemovals gives the observer up to 10 s to see the last old pod's server
+// leave the load balancers (the controller removes it milliseconds after
+// the pod goes, the observer samples every 100 ms); the assertions that
+// follow decide. plus: wait for the NGINX Plus emulators too.
+func AwaitRemovals(ctx context.Context, obs *Observer, plus bool) {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		done := true
+		for _, r := range obs.Records() {
+			if r.Gone.IsZero() || r.RemovedFromLB.IsZero() || (plus && r.PlusRemoved.IsZero()) {
+				done = false
+			}
+		}
+		if done {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // a last sample
+}
+
 // DrainedBefore reports whether pod was draining before t on the instance
 // or ingress replica via (its front address), or on every one when via is
 // "".

@@ -331,7 +331,7 @@ func soakOne(t *testing.T, target soakTarget, d time.Duration, rng *rand.Rand) s
 	if target.Ingress != "" {
 		awaitIngressRemovals(ctx, obs, len(obs.Records()))
 	} else {
-		awaitRemovals(ctx, obs, true)
+		AwaitRemovals(ctx, obs, true)
 	}
 
 	row := soakRow{flavour: target.Name(), injected: map[string]int{}, problems: map[string]int{}, stats: clients.Stats(), rollouts: version - 1, memory: memory}

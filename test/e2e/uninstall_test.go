@@ -64,7 +64,7 @@ func TestUninstallInOrderLosesNoRequest(t *testing.T) {
 	clients.RolloutStarted()
 	must.OK(t, env.Rollout(ctx, "v2"))
 	must.Eventually(t, ctx, 300*time.Millisecond, "the rollout to v2", func() bool { return env.RolloutDone(ctx, "v2", replicas) })
-	awaitRemovals(ctx, obs, false)
+	AwaitRemovals(ctx, obs, false)
 	for _, d := range obs.Records() {
 		if d.Drained.IsZero() || d.ServerDroppedEarly {
 			t.Errorf("step 1: old pod %s: drained %v, dropped early %v (the controller still runs: it must drain)", d.Pod, d.Drained, d.ServerDroppedEarly)

@@ -378,7 +378,7 @@ func TestHelmOnTheRealNode(t *testing.T) {
 
 	// What the users saw through both: every session kept.
 	clients.StopNewSessions()
-	awaitRemovals(ctx, obs)
+	e2e.AwaitRemovals(ctx, obs, false)
 	sessionsKept(t, clients, obs, 2*replicas)
 	// Each change replaced the controller while an old pod of the app
 	// drained: else the scenario tested nothing of the hand-over.
@@ -425,23 +425,6 @@ func TestHelmOnTheRealNode(t *testing.T) {
 			t.Errorf("after helm uninstall %s is a server in %v on the two instances, want active on both", p.Name, p.LB)
 		}
 	}
-}
-
-// awaitRemovals waits (10 s at most) until every pod seen draining is
-// gone and off the load balancers, and takes a last sample.
-func awaitRemovals(ctx context.Context, obs *e2e.Observer) {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		done := true
-		for _, r := range obs.Records() {
-			done = done && !r.Gone.IsZero() && !r.RemovedFromLB.IsZero()
-		}
-		if done {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	time.Sleep(300 * time.Millisecond)
 }
 
 // sessionsKept asserts what the users saw: no problem, no misrouted or
